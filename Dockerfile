@@ -1,0 +1,57 @@
+# Image of the capd-rs controller manager: one static binary at /manager, nothing else.
+# It runs as root (no USER) because it talks to the host's Docker Engine through the
+# root-owned /var/run/docker.sock.
+#
+# Targets
+#   prebuilt  FROM scratch + a binary built on the host. Needs no registry and no network:
+#             hack/build-image.sh builds the binary (static, x86_64-unknown-linux-musl or
+#             glibc with crt-static) and stages it at .tiltbuild/bin/manager, then runs
+#             `docker build --target prebuilt`. Tilt uses the same stage.
+#   release   (default, last) builds the binary from source in a Rust image, then copies it
+#             into an empty image. Needs the Rust image and crates.io.
+#
+# The prebuilt stage comes first on purpose: the classic (non-BuildKit) builder runs every
+# stage up to the requested target, so `--target prebuilt` must not depend on the Rust image.
+# With BuildKit, `docker build .` builds only what `release` needs; with the classic builder a
+# plain `docker build .` also runs `prebuilt` and so needs .tiltbuild/bin/manager present.
+
+ARG RUST_IMAGE=rust:1.95-bookworm
+
+# ---- prebuilt: host-built static binary -------------------------------------------------
+FROM scratch AS prebuilt
+COPY .tiltbuild/bin/manager /manager
+# An empty, writable /tmp (WORKDIR creates it; scratch has no shell to mkdir).
+WORKDIR /tmp
+WORKDIR /
+ENTRYPOINT ["/manager"]
+
+# ---- builder: static musl build from source ---------------------------------------------
+FROM ${RUST_IMAGE} AS builder
+# ring (rustls) compiles C: musl-gcc comes from musl-tools.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends musl-tools \
+ && rm -rf /var/lib/apt/lists/* \
+ && rustup target add x86_64-unknown-linux-musl
+ENV CC_x86_64_unknown_linux_musl=musl-gcc \
+    CARGO_TERM_COLOR=never
+WORKDIR /src
+# Dependencies first, so a source change does not refetch and rebuild every crate.
+COPY Cargo.toml Cargo.lock ./
+RUN mkdir -p src/bin \
+ && echo 'fn main() {}' > src/main.rs \
+ && echo 'fn main() {}' > src/bin/crdgen.rs \
+ && touch src/lib.rs \
+ && cargo build --release --locked --target x86_64-unknown-linux-musl --bin manager \
+ && rm -rf src
+COPY src ./src
+# cargo compares mtimes: make sure the real sources are newer than the dummy build.
+RUN find src -type f -exec touch {} + \
+ && cargo build --release --locked --target x86_64-unknown-linux-musl --bin manager \
+ && cp target/x86_64-unknown-linux-musl/release/manager /manager
+
+# ---- release: the image that ships ------------------------------------------------------
+FROM scratch AS release
+COPY --from=builder /manager /manager
+WORKDIR /tmp
+WORKDIR /
+ENTRYPOINT ["/manager"]

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver, kubectl (Kubernetes v$K8S_VERSION), etcd (v$ETCD_VERSION) and, with
+# `capi`, the Cluster API v$CAPI_VERSION managers and clusterctl, all from the Go module proxy
+# through throwaway wrapper modules. Binaries are cached in $BIN_DIR keyed by version.
+#   hack/build-binaries.sh [kube|kcm|etcd|capi|all]   (default: kube etcd)
+# (kcm = kube-controller-manager, same wrapper module as kube)
+source "$(dirname "$0")/lib.sh"
+
+WORK="$CACHE_DIR/build"
+mkdir -p "$WORK"
+
+# Prepares the wrapper module for k8s.io/kubernetes v$K8S_VERSION in $WORK (shared by the kube and
+# kcm targets) and sets K8S_LDFLAGS.
+prepare_k8s_wrapper() {
+  local dir=$1 stg="v0.${K8S_VERSION#1.}"
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    # Derive the staging module list from k8s.io/kubernetes' own go.mod (no hard-coded list).
+    local mod
+    mod=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+    [[ -f "$mod" ]] || die "could not download k8s.io/kubernetes@v$K8S_VERSION"
+    {
+      echo 'module capd-rs.local/k8sbins'; echo
+      grep -E '^(go|godebug) ' "$mod"
+      echo; echo "require k8s.io/kubernetes v$K8S_VERSION"; echo; echo 'replace ('
+      grep -E '=> \./staging/src/' "$mod" | awk -v v="$stg" '{printf "\t%s => %s %s\n", $1, $1, v}'
+      echo ')'
+    } > go.mod.new
+    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n' > tools.go.new
+    # Re-tidy only when the inputs changed (tidy re-resolves the whole graph: slow).
+    if ! cmp -s go.mod.new go.mod.in || ! cmp -s tools.go.new tools.go || [[ ! -f go.sum ]]; then
+      cp go.mod.new go.mod; mv go.mod.new go.mod.in; mv tools.go.new tools.go
+      go mod tidy
+    else
+      rm -f go.mod.new tools.go.new
+    fi
+  )
+  local minor=${K8S_VERSION#1.}; minor=${minor%%.*}
+  local p
+  K8S_LDFLAGS="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    K8S_LDFLAGS="$K8S_LDFLAGS -X $p.gitVersion=v$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    K8S_LDFLAGS="$K8S_LDFLAGS -X $p.gitCommit=0000000000000000000000000000000000000000 -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+}
+
+build_kube() {
+  local out="$BIN_DIR/k8s-v$K8S_VERSION"
+  if [[ -x "$out/kube-apiserver" && -x "$out/kubectl" ]]; then log "kube-apiserver/kubectl v$K8S_VERSION cached"; return; fi
+  log "building kube-apiserver and kubectl v$K8S_VERSION from the Go module proxy (cold: ~15-25 min)"
+  local dir="$WORK/k8s-$K8S_VERSION"
+  mkdir -p "$out"
+  prepare_k8s_wrapper "$dir"
+  (cd "$dir" && CGO_ENABLED=0 go build -trimpath -tags selinux,notest -ldflags "$K8S_LDFLAGS" -o "$out/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl)
+  log "built $out/kube-apiserver and $out/kubectl"
+}
+
+# kube-controller-manager, run by the plane with only the garbage-collector and namespace
+# controllers (ownerReference cascades and namespace deletion, as in a real cluster).
+build_kcm() {
+  local out="$BIN_DIR/k8s-v$K8S_VERSION"
+  if [[ -x "$out/kube-controller-manager" ]]; then log "kube-controller-manager v$K8S_VERSION cached"; return; fi
+  log "building kube-controller-manager v$K8S_VERSION (cold: ~5-10 min after kube-apiserver)"
+  local dir="$WORK/k8s-$K8S_VERSION"
+  mkdir -p "$out"
+  prepare_k8s_wrapper "$dir"
+  (cd "$dir" && CGO_ENABLED=0 go build -trimpath -tags selinux,notest -ldflags "$K8S_LDFLAGS" -o "$out/" \
+    k8s.io/kubernetes/cmd/kube-controller-manager)
+  log "built $out/kube-controller-manager"
+}
+
+build_etcd() {
+  local out="$BIN_DIR/etcd-v$ETCD_VERSION"
+  if [[ -x "$out/etcd" ]]; then log "etcd v$ETCD_VERSION cached"; return; fi
+  log "building etcd v$ETCD_VERSION from the Go module proxy (cold: ~3-5 min)"
+  local dir="$WORK/etcd-$ETCD_VERSION"
+  mkdir -p "$dir" "$out"
+  (
+    cd "$dir"
+    printf 'module capd-rs.local/etcdbin\n\ngo 1.25.0\n\nrequire go.etcd.io/etcd/server/v3 v%s\n' "$ETCD_VERSION" > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' > tools.go
+    go mod tidy
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3
+  )
+  log "built $out/etcd"
+}
+
+build_capi() {
+  local out="$BIN_DIR/capi-v$CAPI_VERSION"
+  if [[ -x "$out/capi-manager" && -x "$out/cabpk-manager" && -x "$out/kcp-manager" && -x "$out/clusterctl" ]]; then
+    log "CAPI v$CAPI_VERSION managers and clusterctl cached"; return
+  fi
+  log "building CAPI v$CAPI_VERSION core/kubeadm-bootstrap/kubeadm-control-plane managers and clusterctl (cold: ~10 min)"
+  local dir="$WORK/capi-$CAPI_VERSION"
+  mkdir -p "$dir" "$out"
+  (
+    cd "$dir"
+    printf 'module capd-rs.local/capibins\n\ngo 1.25.0\n\nrequire sigs.k8s.io/cluster-api v%s\n' "$CAPI_VERSION" > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "sigs.k8s.io/cluster-api"\n\t_ "sigs.k8s.io/cluster-api/bootstrap/kubeadm"\n\t_ "sigs.k8s.io/cluster-api/controlplane/kubeadm"\n\t_ "sigs.k8s.io/cluster-api/cmd/clusterctl"\n)\n' > tools.go
+    go mod tidy
+    local ldf="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=v$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=${CAPI_VERSION#1.}"
+    ldf="${ldf%.*}"  # gitMinor: keep the minor only
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$out/capi-manager" sigs.k8s.io/cluster-api
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$out/cabpk-manager" sigs.k8s.io/cluster-api/bootstrap/kubeadm
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$out/kcp-manager" sigs.k8s.io/cluster-api/controlplane/kubeadm
+    CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$out/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
+  )
+  log "built CAPI binaries in $out"
+}
+
+# Where the CAPI module's manifests live (CRDs, webhooks) after `go mod download`.
+capi_module_dir() {
+  (cd /tmp && go mod download -json "sigs.k8s.io/cluster-api@v$CAPI_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+}
+
+targets=("$@"); [[ ${#targets[@]} -gt 0 ]] || targets=(kube etcd)
+for t in "${targets[@]}"; do
+  case $t in
+    kube) build_kube ;;
+    kcm) build_kcm ;;
+    etcd) build_etcd ;;
+    capi) build_capi ;;
+    all) build_etcd; build_kube; build_kcm; build_capi ;;
+    capi-module-dir) capi_module_dir ;;
+    *) die "unknown target $t" ;;
+  esac
+done

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Shared settings and helpers for the hack/ scripts. Source it; do not run it.
+# shellcheck disable=SC2034  # the settings are used by the scripts that source this file
+set -euo pipefail
+
+HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$HACK_DIR/.." && pwd)
+
+# Pinned versions of everything the local plane builds from the registries.
+K8S_VERSION=${K8S_VERSION:-1.35.4}
+ETCD_VERSION=${ETCD_VERSION:-3.6.16}
+CAPI_VERSION=${CAPI_VERSION:-1.13.5}
+
+# Cache outside the repository: built binaries, images' rootfs tarballs, Go caches.
+CACHE_DIR=${CAPD_RS_CACHE:-$HOME/.cache/capd-rs}
+BIN_DIR="$CACHE_DIR/bin"
+# Runtime state of the local plane (certs, data, pid files, logs, kubeconfig).
+PLANE_DIR=${CAPD_RS_PLANE:-$CACHE_DIR/plane}
+KUBECONFIG_PATH="$PLANE_DIR/kubeconfig"
+
+# Ports on 127.0.0.1 used by the plane.
+ETCD_PORT=${ETCD_PORT:-23790}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-23800}
+APISERVER_PORT=${APISERVER_PORT:-16443}
+KCM_PORT=${KCM_PORT:-10257}
+
+# Every Docker object the scripts create carries this label so cleanup is by label only.
+PLANE_LABEL="capd-rs.test/run=plane"
+
+export GOTOOLCHAIN=local
+export GOFLAGS=${GOFLAGS:--mod=mod}
+
+log() { printf '\033[1;34m==>\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[1;31mERROR:\033[0m %s\n' "$*" >&2; exit 1; }
+
+# wait_for <seconds> <description> <command...>: poll until the command succeeds.
+wait_for() {
+  local timeout=$1 what=$2; shift 2
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    (( SECONDS < deadline )) || die "timed out after ${timeout}s waiting for $what"
+    sleep 0.5
+  done
+}
+
+mkdir -p "$CACHE_DIR" "$BIN_DIR"
+
+# ---- shared by plane.sh / capi.sh (added with them; the settings above are unchanged) ----------
+
+# Binary directories as laid out by build-binaries.sh.
+K8S_BIN_DIR="$BIN_DIR/k8s-v$K8S_VERSION"
+ETCD_BIN_DIR="$BIN_DIR/etcd-v$ETCD_VERSION"
+CAPI_BIN_DIR="$BIN_DIR/capi-v$CAPI_VERSION"
+KUBECTL="$K8S_BIN_DIR/kubectl"
+# Certificates of the plane (one CA for everything; see plane.sh).
+PKI_DIR="$PLANE_DIR/pki"
+# Docker objects carrying this label KEY (any value) are removed by `plane.sh down`.
+PLANE_LABEL_KEY="${PLANE_LABEL%%=*}"
+
+# kubectl against the plane, whatever $KUBECONFIG says.
+kubectl_plane() { "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+
+# proc_pid <pidfile>: prints the pid and succeeds if the process is alive AND is one of ours
+# (its command line mentions $PLANE_DIR), so a recycled pid is never mistaken for ours.
+proc_pid() {
+  local pid
+  [[ -f $1 ]] || return 1
+  pid=$(<"$1")
+  [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  local cmd
+  cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) || return 1
+  [[ $cmd == *"$PLANE_DIR"* ]] || return 1
+  echo "$pid"
+}
+
+# start_proc <pidfile> <logfile> <command...>: runs the command detached (own session, so it
+# outlives this script and ignores the terminal's ^C), appending to the log.
+start_proc() {
+  local pidfile=$1 logfile=$2; shift 2
+  mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
+  # Logs append across restarts (earlier runs help debugging); keep one old generation past 50 MB.
+  if [[ -f $logfile ]] && (( $(stat -c %s "$logfile") > 50 * 1024 * 1024 )); then mv -f "$logfile" "$logfile.old"; fi
+  printf '\n---- %s: %s\n' "$(date -Is)" "$*" >> "$logfile"
+  # Not a process-group leader here, so setsid execs in place and $! is the command's own pid.
+  # fd 9 is the scripts' flock: a daemon holding it would block every later up/down.
+  setsid "$@" >> "$logfile" 2>&1 < /dev/null 9>&- &
+  echo $! > "$pidfile"
+}
+
+# stop_proc <pidfile> <what> [timeout]: SIGTERM, wait, then SIGKILL; removes the pid file.
+stop_proc() {
+  local pidfile=$1 what=$2 timeout=${3:-20} pid
+  if pid=$(proc_pid "$pidfile"); then
+    log "stopping $what (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    local deadline=$((SECONDS + timeout))
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then log "$what did not stop in ${timeout}s; killing"; kill -KILL "$pid" || true; fi
+  fi
+  rm -f "$pidfile"
+}
+
+# port_free <port>: nothing listens on the TCP port.
+port_free() { [[ -z $(ss -Hltn "sport = :$1") ]]; }
+
+# A python3 that can `import yaml` (Debian's python3-yaml, else PyYAML from PyPI).
+python_yaml() {
+  local py
+  for py in /usr/bin/python3 python3; do
+    if command -v "$py" >/dev/null && "$py" -c 'import yaml' 2>/dev/null; then echo "$py"; return; fi
+  done
+  log "installing PyYAML from PyPI"
+  python3 -m pip install --quiet --user PyYAML >&2 || die "cannot install PyYAML"
+  echo python3
+}

@@ -1,0 +1,144 @@
+//! Types shared by several kinds.
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// `{host, port}` of the workload cluster's API server.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct ApiEndpoint {
+    /// The hostname or IP on which the API server is serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub host: Option<String>,
+    /// The port on which the API server is serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: Option<i32>,
+}
+
+impl ApiEndpoint {
+    /// Both parts set, as CAPI core requires before it copies the endpoint.
+    pub fn is_valid(&self) -> bool {
+        self.host.as_deref().is_some_and(|h| !h.is_empty()) && self.port.is_some_and(|p| p > 0)
+    }
+}
+
+/// A failure domain: a name plus free-form attributes (they mean nothing to Docker).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureDomain {
+    /// Name of the failure domain.
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    /// Whether the failure domain is suitable for control-plane machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<bool>,
+    /// Free-form attributes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<BTreeMap<String, String>>,
+}
+
+/// A reference to an object in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-map-type" = "atomic"))]
+pub struct LocalObjectReference {
+    /// Name of the referent.
+    #[serde(default)]
+    #[schemars(extend("default" = ""))]
+    pub name: String,
+}
+
+/// A host path mounted into a node container.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Mount {
+    /// Path inside the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_path: Option<String>,
+    /// Path on the host (of the Docker Engine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<String>,
+    /// Mount read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+}
+
+/// Kind of a machine address.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum MachineAddressType {
+    Hostname,
+    #[serde(rename = "ExternalIP")]
+    ExternalIp,
+    #[serde(rename = "InternalIP")]
+    InternalIp,
+    #[serde(rename = "ExternalDNS")]
+    ExternalDns,
+    #[serde(rename = "InternalDNS")]
+    InternalDns,
+}
+
+/// An address of a machine.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct MachineAddress {
+    /// The address type.
+    #[serde(rename = "type")]
+    pub type_: MachineAddressType,
+    /// The address.
+    #[schemars(length(min = 1, max = 256))]
+    pub address: String,
+}
+
+/// Labels and annotations of objects created from a template.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct ObjectMeta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+/// `status.initialization` of the v1beta2 contract.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("minProperties" = 1))]
+pub struct Initialization {
+    /// True once the infrastructure is fully provisioned; CAPI core waits for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioned: Option<bool>,
+}
+
+/// A condition of the deprecated CAPI v1beta1 style (kept for schema compatibility only).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct V1Beta1Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+}
+
+/// `status.deprecated`: fields kept for readers of the v1beta1 contract.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct Deprecated {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v1beta1: Option<DeprecatedV1Beta1>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct DeprecatedV1Beta1 {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<V1Beta1Condition>>,
+}

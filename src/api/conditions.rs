@@ -1,0 +1,319 @@
+//! `metav1.Condition`-shaped conditions, and the pure helpers to set and summarize them.
+//!
+//! Our own struct rather than k8s-openapi's: the CRD schema must carry upstream's bounds, and
+//! reasons must be validated the same way.
+use chrono::{DateTime, SubsecRound, Utc};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Condition types and reasons (upstream CAPD's v1beta2 names, plus ours where upstream has none).
+pub mod types {
+    pub const READY: &str = "Ready";
+    pub const PAUSED: &str = "Paused";
+    pub const LOAD_BALANCER_AVAILABLE: &str = "LoadBalancerAvailable";
+    pub const CONTAINER_PROVISIONED: &str = "ContainerProvisioned";
+    pub const BOOTSTRAP_EXEC_SUCCEEDED: &str = "BootstrapExecSucceeded";
+}
+
+pub mod reasons {
+    // Shared.
+    pub const READY: &str = "Ready";
+    pub const NOT_READY: &str = "NotReady";
+    pub const READY_UNKNOWN: &str = "ReadyUnknown";
+    pub const PAUSED: &str = "Paused";
+    pub const NOT_PAUSED: &str = "NotPaused";
+    pub const DELETING: &str = "Deleting";
+    /// Ours: the Docker Engine could not be reached or failed (5xx).
+    pub const DOCKER_UNAVAILABLE: &str = "DockerUnavailable";
+    /// Ours: a container with the name we need exists but belongs to someone else.
+    pub const NAME_CONFLICT: &str = "ContainerNameConflict";
+    /// Ours: the image is missing locally and could not be pulled.
+    pub const IMAGE_UNAVAILABLE: &str = "ImageUnavailable";
+    // DockerCluster.
+    pub const AVAILABLE: &str = "Available";
+    pub const NOT_AVAILABLE: &str = "NotAvailable";
+    // DockerMachine.
+    pub const WAITING_FOR_CLUSTER_INFRASTRUCTURE: &str = "WaitingForClusterInfrastructureReady";
+    pub const WAITING_FOR_CONTROL_PLANE_INITIALIZED: &str = "WaitingForControlPlaneInitialized";
+    pub const WAITING_FOR_BOOTSTRAP_DATA: &str = "WaitingForBootstrapData";
+    pub const PROVISIONED: &str = "Provisioned";
+    pub const NOT_PROVISIONED: &str = "NotProvisioned";
+    pub const NOT_SUCCEEDED: &str = "NotSucceeded";
+    pub const SUCCEEDED: &str = "Succeeded";
+    /// Ours: bootstrap commands are running right now.
+    pub const BOOTSTRAPPING: &str = "Bootstrapping";
+    /// Ours: a bootstrap command exited non-zero (terminal: commands are not re-run).
+    pub const BOOTSTRAP_FAILED: &str = "BootstrapFailed";
+    /// Ours: bootstrap exceeded its timeout.
+    pub const BOOTSTRAP_TIMED_OUT: &str = "BootstrapTimedOut";
+    /// Ours: the bootstrap Secret is missing, lacks `value`, or holds data we cannot use.
+    pub const BOOTSTRAP_DATA_INVALID: &str = "BootstrapDataInvalid";
+    pub const BOOTSTRAP_DATA_NOT_FOUND: &str = "BootstrapDataNotFound";
+    /// Ours: the spec cannot be acted on (e.g. no version and no customImage).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+}
+
+/// Status of a condition.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+/// A `metav1.Condition`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// Type of condition in CamelCase.
+    #[serde(rename = "type")]
+    #[schemars(length(max = 316))]
+    #[schemars(regex(
+        pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+    ))]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: ConditionStatus,
+    /// The `.metadata.generation` the condition was set for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub observed_generation: Option<i64>,
+    /// When the status last changed.
+    pub last_transition_time: DateTime<Utc>,
+    /// Machine-readable reason in CamelCase.
+    #[schemars(
+        length(min = 1, max = 1024),
+        regex(pattern = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    )]
+    pub reason: String,
+    /// Human-readable details.
+    #[schemars(length(max = 32768))]
+    pub message: String,
+}
+
+/// What a controller wants a condition to say; time and generation are filled in by [`set`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    pub type_: &'static str,
+    pub status: ConditionStatus,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Desired {
+    pub fn true_(type_: &'static str, reason: &'static str) -> Self {
+        Self {
+            type_,
+            status: ConditionStatus::True,
+            reason,
+            message: String::new(),
+        }
+    }
+    pub fn false_(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: ConditionStatus::False,
+            reason,
+            message: message.into(),
+        }
+    }
+    pub fn unknown(type_: &'static str, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            type_,
+            status: ConditionStatus::Unknown,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The `Paused` condition for the given reasons (empty: not paused).
+pub fn paused(why: &[String]) -> Desired {
+    if why.is_empty() {
+        Desired::false_(types::PAUSED, reasons::NOT_PAUSED, "")
+    } else {
+        Desired {
+            type_: types::PAUSED,
+            status: ConditionStatus::True,
+            reason: reasons::PAUSED,
+            message: why.join(", "),
+        }
+    }
+}
+
+/// Messages are capped well below the schema's 32 KiB so one noisy command cannot bloat status.
+const MAX_MESSAGE: usize = 4096;
+
+fn cap_message(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE {
+        return message.to_string();
+    }
+    let mut end = MAX_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
+}
+
+/// Set `desired` in `conditions`. `lastTransitionTime` moves only when the status changes;
+/// returns true if anything changed.
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    desired: &Desired,
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) -> bool {
+    let message = cap_message(&desired.message);
+    let now = now.trunc_subsecs(0);
+    if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == desired.type_) {
+        let changed = existing.status != desired.status
+            || existing.reason != desired.reason
+            || existing.message != message
+            || existing.observed_generation != generation;
+        if existing.status != desired.status {
+            existing.last_transition_time = now;
+        }
+        existing.status = desired.status;
+        existing.reason = desired.reason.to_string();
+        existing.message = message;
+        existing.observed_generation = generation;
+        return changed;
+    }
+    conditions.push(Condition {
+        type_: desired.type_.to_string(),
+        status: desired.status,
+        observed_generation: generation,
+        last_transition_time: now,
+        reason: desired.reason.to_string(),
+        message,
+    });
+    true
+}
+
+pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    get(conditions, type_).is_some_and(|c| c.status == ConditionStatus::True)
+}
+
+/// The `Ready` summary of the given condition types, as CAPI's summary does: True when all are
+/// True; otherwise False (or Unknown) with the messages of the ones that are not, in order.
+/// A missing input counts as Unknown, "Condition not yet reported".
+pub fn summarize_ready(conditions: &[Condition], inputs: &[&'static str]) -> Desired {
+    let mut falses = Vec::new();
+    let mut unknowns = Vec::new();
+    for t in inputs {
+        match get(conditions, t) {
+            Some(c) if c.status == ConditionStatus::True => {}
+            Some(c) => {
+                let line = if c.message.is_empty() {
+                    format!("{t}: {}", c.reason)
+                } else {
+                    format!("{t}: {}", c.message)
+                };
+                if c.status == ConditionStatus::False {
+                    falses.push(line)
+                } else {
+                    unknowns.push(line)
+                }
+            }
+            None => unknowns.push(format!("{t}: Condition not yet reported")),
+        }
+    }
+    if !falses.is_empty() {
+        falses.extend(unknowns);
+        Desired::false_(types::READY, reasons::NOT_READY, falses.join("; "))
+    } else if !unknowns.is_empty() {
+        Desired::unknown(types::READY, reasons::READY_UNKNOWN, unknowns.join("; "))
+    } else {
+        Desired::true_(types::READY, reasons::READY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_700_000_000 + s, 0).unwrap()
+    }
+
+    #[test]
+    fn transition_time_moves_only_on_status_change() {
+        let mut cs = Vec::new();
+        assert!(set(
+            &mut cs,
+            &Desired::false_("A", "Waiting", "x"),
+            Some(1),
+            t(0)
+        ));
+        assert!(!set(
+            &mut cs,
+            &Desired::false_("A", "Waiting", "x"),
+            Some(1),
+            t(5)
+        ));
+        assert_eq!(cs[0].last_transition_time, t(0));
+        assert!(set(
+            &mut cs,
+            &Desired::false_("A", "Other", "y"),
+            Some(1),
+            t(6)
+        ));
+        assert_eq!(
+            cs[0].last_transition_time,
+            t(0),
+            "reason change keeps the time"
+        );
+        assert!(set(&mut cs, &Desired::true_("A", "Ok"), Some(2), t(7)));
+        assert_eq!(cs[0].last_transition_time, t(7));
+        assert_eq!(cs[0].observed_generation, Some(2));
+        assert_eq!(cs.len(), 1);
+    }
+
+    #[test]
+    fn long_messages_are_capped() {
+        let mut cs = Vec::new();
+        set(
+            &mut cs,
+            &Desired::false_("A", "R", "é".repeat(10_000)),
+            None,
+            t(0),
+        );
+        assert!(cs[0].message.len() <= MAX_MESSAGE + 4);
+    }
+
+    #[test]
+    fn ready_summary() {
+        let mut cs = Vec::new();
+        let s = summarize_ready(&cs, &["A", "B"]);
+        assert_eq!(
+            (s.status, s.reason),
+            (ConditionStatus::Unknown, reasons::READY_UNKNOWN)
+        );
+        assert!(s.message.contains("A: Condition not yet reported"));
+
+        set(&mut cs, &Desired::true_("A", "Ok"), None, t(0));
+        set(
+            &mut cs,
+            &Desired::false_("B", "Broken", "engine down"),
+            None,
+            t(0),
+        );
+        let s = summarize_ready(&cs, &["A", "B"]);
+        assert_eq!(
+            (s.status, s.reason),
+            (ConditionStatus::False, reasons::NOT_READY)
+        );
+        assert_eq!(s.message, "B: engine down");
+
+        set(&mut cs, &Desired::true_("B", "Ok"), None, t(0));
+        assert_eq!(
+            summarize_ready(&cs, &["A", "B"]).status,
+            ConditionStatus::True
+        );
+    }
+}

@@ -1,0 +1,172 @@
+//! `DockerMachine`: one workload-cluster node as a container.
+use std::time::Duration;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::common::{Deprecated, Initialization, MachineAddress, Mount};
+use super::conditions::Condition;
+
+/// Go `time.Duration` syntax, as `metav1.Duration` accepts it ("5m", "1h30m", "90s").
+pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$";
+
+/// Default for `spec.bootstrapTimeout`, as upstream.
+pub const DEFAULT_BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// Desired state of a DockerMachine.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta2",
+    kind = "DockerMachine",
+    plural = "dockermachines",
+    namespaced,
+    status = "DockerMachineStatus",
+    category = "cluster-api",
+    printcolumn = r#"{"name":"Cluster","type":"string","description":"Cluster","jsonPath":".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"}"#,
+    printcolumn = r#"{"name":"Provider ID","type":"string","description":"Provider ID","jsonPath":".spec.providerID","priority":10}"#,
+    printcolumn = r#"{"name":"Failure domain","type":"string","description":"The failure domain where the DockerMachine has been scheduled","jsonPath":".status.failureDomain"}"#,
+    printcolumn = r#"{"name":"IP","type":"string","description":"IP of the Machine","jsonPath":".status.addresses[?(@.type==\"InternalIP\")].address","priority":10}"#,
+    printcolumn = r#"{"name":"Paused","type":"string","description":"Reconciliation paused","jsonPath":".status.conditions[?(@.type==\"Paused\")].status","priority":10}"#,
+    printcolumn = r#"{"name":"Provisioned","type":"string","description":"DockerMachine is provisioned","jsonPath":".status.initialization.provisioned"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","description":"Time duration since creation of DockerMachine","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "(has(self.customImage) ? self.customImage : '') == (has(oldSelf.customImage) ? oldSelf.customImage : '')",
+    "message": "spec.customImage is immutable"
+}]))]
+pub struct DockerMachineSpec {
+    /// `docker:////<container>`; set by the controller.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "providerID"
+    )]
+    #[schemars(length(min = 1, max = 512))]
+    pub provider_id: Option<String>,
+    /// Node image to use instead of the one chosen from the Machine's Kubernetes version. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_image: Option<String>,
+    /// Images saved from the host's Docker Engine and imported into the node (needs `ctr` in the
+    /// node image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_load_images: Option<Vec<String>>,
+    /// Host paths to mount into the node container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_mounts: Option<Vec<Mount>>,
+    /// Deprecated: set to true by the controller once bootstrap succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrapped: Option<bool>,
+    /// How long bootstrap may take (Go duration, default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    pub bootstrap_timeout: Option<String>,
+}
+
+/// Observed state of a DockerMachine.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DockerMachineStatus {
+    /// Conditions: Ready, Paused, ContainerProvisioned, BootstrapExecSucceeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Option<Vec<Condition>>,
+    /// Provisioning state of the v1beta2 contract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    /// Kept equal to `initialization.provisioned` for readers of the older contract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// Whether this control-plane node has been added to the load balancer.
+    #[serde(default)]
+    pub load_balancer_configured: bool,
+    /// Hostname and IPs of the node container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addresses: Option<Vec<MachineAddress>>,
+    /// The failure domain of the Machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub failure_domain: Option<String>,
+    /// Fields of the v1beta1 contract (not written by this provider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deprecated: Option<Deprecated>,
+}
+
+/// Parse a Go duration string ("1h2m3.5s"). `None` for anything `DURATION_PATTERN` rejects.
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
+    if s.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let value: f64 = rest[..num_len].parse().ok()?;
+        rest = &rest[num_len..];
+        let (unit, secs) = [
+            ("ns", 1e-9),
+            ("us", 1e-6),
+            ("µs", 1e-6),
+            ("ms", 1e-3),
+            ("s", 1.0),
+            ("m", 60.0),
+            ("h", 3600.0),
+        ]
+        .into_iter()
+        .filter(|(u, _)| rest.starts_with(u))
+        .max_by_key(|(u, _)| u.len())?;
+        rest = &rest[unit.len()..];
+        total += value * secs;
+    }
+    Some(Duration::from_secs_f64(total))
+}
+
+impl DockerMachine {
+    /// The bootstrap timeout from the spec, else `default`.
+    pub fn bootstrap_timeout(&self, default: Duration) -> Duration {
+        self.spec
+            .bootstrap_timeout
+            .as_deref()
+            .and_then(parse_go_duration)
+            .unwrap_or(default)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_go_duration("5"), None);
+        assert_eq!(parse_go_duration("m5"), None);
+        assert_eq!(parse_go_duration("5 minutes"), None);
+        assert_eq!(parse_go_duration(""), None);
+    }
+
+    #[test]
+    fn duration_pattern_agrees_with_parser() {
+        let re = regex::Regex::new(DURATION_PATTERN).unwrap();
+        for ok in ["5m", "1h30m", "1.5s", "10ms"] {
+            assert!(re.is_match(ok) && parse_go_duration(ok).is_some(), "{ok}");
+        }
+        for bad in ["5", "m", "5 m", "-5m", "five"] {
+            assert!(
+                !re.is_match(bad) && parse_go_duration(bad).is_none(),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,815 @@
+//! The cloud-config subset CAPD supports: `write_files` and `runcmd`.
+use serde_yaml_ng::Value;
+
+use super::plan::{Plan, display_path, normalize_path, shorten};
+use super::{BootstrapError, Format, KUBEADM_IGNORE_PREFLIGHT_ERRORS, decode, redact};
+
+const FORMAT: Format = Format::CloudConfig;
+
+/// Keys a `write_files` entry may have. `defer` is accepted and ignored: we have no later stage
+/// to defer to, and files are written in order anyway.
+const FILE_KEYS: &[&str] = &[
+    "path",
+    "content",
+    "encoding",
+    "permissions",
+    "owner",
+    "append",
+    "defer",
+];
+
+pub(crate) fn commands(data: &[u8]) -> Result<Vec<super::Step>, BootstrapError> {
+    let text = std::str::from_utf8(data).map_err(|e| BootstrapError::Syntax {
+        format: FORMAT,
+        syntax: "UTF-8",
+        message: format!("invalid byte at offset {}", e.valid_up_to()),
+    })?;
+    let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| BootstrapError::Syntax {
+        format: FORMAT,
+        syntax: "YAML",
+        message: parser_message(&e.to_string()),
+    })?;
+    let map = match doc {
+        Value::Mapping(m) if !m.is_empty() => m,
+        Value::Mapping(_) | Value::Null => return Err(BootstrapError::Empty { format: FORMAT }),
+        other => {
+            return Err(BootstrapError::NotAMapping {
+                format: FORMAT,
+                found: kind(&other),
+                hint: if text.trim_start().starts_with("#!") {
+                    " (shell-script user data is not supported; put the commands in runcmd)"
+                } else {
+                    ""
+                },
+            });
+        }
+    };
+
+    if map.get("ignition").is_some_and(Value::is_mapping) {
+        return Err(invalid(
+            "cloud-config",
+            "the data looks like an Ignition config; set the bootstrap Secret's format to \"ignition\"",
+        ));
+    }
+
+    // A key that asks for nothing (`bootcmd: []`, `users:`) is harmless; any other is rejected,
+    // all of them at once, before anything runs.
+    let unsupported: Vec<String> = map
+        .iter()
+        .filter(|(k, v)| !matches!(k.as_str(), Some("write_files" | "runcmd")) && !is_empty(v))
+        .map(|(k, _)| key_name(k))
+        .collect();
+    if !unsupported.is_empty() {
+        return Err(BootstrapError::UnsupportedKeys(unsupported));
+    }
+
+    let mut plan = Plan::default();
+    for (key, value) in &map {
+        match key.as_str() {
+            Some("write_files") => write_files(&mut plan, value)?,
+            Some("runcmd") => runcmd(&mut plan, value)?,
+            _ => {}
+        }
+    }
+    Ok(plan.into_steps())
+}
+
+/// A parser error message made safe to show: bounded, with anything secret-looking hidden.
+pub(crate) fn parser_message(message: &str) -> String {
+    shorten(&redact(message), 300)
+}
+
+pub(crate) fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Sequence(_) => "a list",
+        Value::Mapping(_) => "a mapping",
+        Value::Tagged(_) => "a tagged value",
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.trim().is_empty(),
+        Value::Sequence(s) => s.is_empty(),
+        Value::Mapping(m) => m.is_empty(),
+        _ => false,
+    }
+}
+
+fn key_name(k: &Value) -> String {
+    let name = match k {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::Null => "null".into(),
+        _ => "<non-scalar key>".into(),
+    };
+    shorten(&redact(&display_path(&name)), 64)
+}
+
+/// A scalar as text, the way cloud-init would `str()` it.
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Tagged(t) => scalar(&t.value),
+        _ => None,
+    }
+}
+
+fn invalid(location: impl Into<String>, reason: impl Into<String>) -> BootstrapError {
+    BootstrapError::Invalid {
+        location: location.into(),
+        reason: reason.into(),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Encoding {
+    Plain,
+    Base64,
+    Gzip,
+    GzipBase64,
+}
+
+fn encoding(v: Option<&Value>) -> Result<Encoding, String> {
+    let raw = match v {
+        None | Some(Value::Null) => return Ok(Encoding::Plain),
+        Some(v) => {
+            scalar(v).ok_or_else(|| format!("encoding must be a string, found {}", kind(v)))?
+        }
+    };
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "" | "text/plain" => Ok(Encoding::Plain),
+        "b64" | "base64" => Ok(Encoding::Base64),
+        "gz" | "gzip" => Ok(Encoding::Gzip),
+        "gz+b64" | "gz+base64" | "gzip+b64" | "gzip+base64" => Ok(Encoding::GzipBase64),
+        _ => Err(format!(
+            "unsupported encoding {:?} (supported: b64, base64, gz, gzip, gz+b64, gz+base64, gzip+b64, gzip+base64, text/plain)",
+            shorten(&raw, 32)
+        )),
+    }
+}
+
+/// Octal permissions: `'0640'`, `'640'`, `'0o640'`; an unquoted `0640` arrives as the string
+/// `"0640"`. An unquoted integer is read as the octal digits written (`640` means 0640), as
+/// upstream CAPD does; YAML's own `0o640` notation arrives as 416 and cannot be told apart, so it
+/// is rejected unless its decimal digits happen to be octal.
+fn permissions(v: Option<&Value>) -> Result<Option<u32>, String> {
+    let text = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Number(n)) if n.as_u64().is_some() => n.to_string(),
+        Some(v) => scalar(v)
+            .ok_or_else(|| format!("permissions must be an octal string, found {}", kind(v)))?,
+    };
+    let digits = text.trim();
+    if digits.is_empty() {
+        return Ok(None);
+    }
+    let digits = digits
+        .strip_prefix("0o")
+        .or_else(|| digits.strip_prefix("0O"))
+        .unwrap_or(digits);
+    match u32::from_str_radix(digits, 8) {
+        Ok(mode) if mode <= 0o7777 && !digits.starts_with('+') => Ok(Some(mode)),
+        _ => Err(format!(
+            "permissions {:?} is not an octal mode between 0000 and 7777 (write it quoted, e.g. '0640')",
+            shorten(&text, 16)
+        )),
+    }
+}
+
+fn boolean(name: &str, v: Option<&Value>) -> Result<bool, String> {
+    match v {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("true") => Ok(true),
+        Some(Value::String(s)) if s.trim().eq_ignore_ascii_case("false") => Ok(false),
+        Some(v) => Err(format!("{name} must be true or false, found {}", kind(v))),
+    }
+}
+
+fn write_files(plan: &mut Plan, value: &Value) -> Result<(), BootstrapError> {
+    let files = match value {
+        Value::Null => return Ok(()),
+        Value::Sequence(files) => files,
+        other => {
+            return Err(invalid(
+                "write_files",
+                format!("must be a list of files, found {}", kind(other)),
+            ));
+        }
+    };
+    for (i, entry) in files.iter().enumerate() {
+        let Value::Mapping(entry) = entry else {
+            return Err(invalid(
+                format!("write_files[{i}]"),
+                format!("must be a mapping, found {}", kind(entry)),
+            ));
+        };
+        let raw_path = match entry.get("path") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                scalar(v)
+                    .ok_or_else(|| invalid(format!("write_files[{i}]"), "path must be a string"))?,
+            ),
+        };
+        let path = normalize_path(raw_path.as_deref().unwrap_or(""))
+            .map_err(|reason| invalid(format!("write_files[{i}]"), reason))?;
+        let location = format!("write_files[{i}] ({})", display_path(&path));
+        let at = |reason: String| invalid(location.clone(), reason);
+
+        let unknown: Vec<String> = entry
+            .keys()
+            .filter(|k| !k.as_str().is_some_and(|k| FILE_KEYS.contains(&k)))
+            .map(key_name)
+            .collect();
+        if !unknown.is_empty() {
+            return Err(at(format!(
+                "unsupported keys: {} (supported: {})",
+                unknown.join(", "),
+                FILE_KEYS.join(", ")
+            )));
+        }
+
+        let content = match entry.get("content") {
+            None | Some(Value::Null) => String::new(),
+            Some(v) => scalar(v)
+                .ok_or_else(|| at(format!("content must be a string, found {}", kind(v))))?,
+        };
+        let bytes = match encoding(entry.get("encoding")).map_err(&at)? {
+            Encoding::Plain => content.into_bytes(),
+            Encoding::Base64 => decode::base64(content.as_bytes()).map_err(&at)?,
+            Encoding::Gzip => decode::gunzip(content.as_bytes()).map_err(&at)?,
+            Encoding::GzipBase64 => {
+                // Base64 first, then gunzip: upstream CAPD stops after the base64 step.
+                decode::gunzip(&decode::base64(content.as_bytes()).map_err(&at)?).map_err(&at)?
+            }
+        };
+        let mode = permissions(entry.get("permissions")).map_err(&at)?;
+        let owner = match entry.get("owner") {
+            None | Some(Value::Null) => String::new(),
+            Some(v) => scalar(v)
+                .ok_or_else(|| at(format!("owner must be a string, found {}", kind(v))))?
+                .trim()
+                .to_string(),
+        };
+        let append = boolean("append", entry.get("append")).map_err(&at)?;
+        boolean("defer", entry.get("defer")).map_err(&at)?;
+
+        plan.write_file(&path, bytes, append);
+        if let Some(mode) = mode.filter(|m| *m != 0o644) {
+            plan.chmod(&path, mode);
+        }
+        if !matches!(owner.as_str(), "" | "root" | "root:root") {
+            plan.chown(&path, &owner);
+        }
+    }
+    Ok(())
+}
+
+fn runcmd(plan: &mut Plan, value: &Value) -> Result<(), BootstrapError> {
+    let items = match value {
+        Value::Null => return Ok(()),
+        Value::Sequence(items) => items,
+        other => {
+            return Err(invalid(
+                "runcmd",
+                format!("must be a list of commands, found {}", kind(other)),
+            ));
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            Value::Sequence(args) => {
+                let mut argv = Vec::with_capacity(args.len() + 1);
+                for (j, arg) in args.iter().enumerate() {
+                    argv.push(match arg {
+                        Value::Null => String::new(),
+                        v => scalar(v).ok_or_else(|| {
+                            invalid(
+                                format!("runcmd[{i}][{j}]"),
+                                format!("must be a string, found {}", kind(v)),
+                            )
+                        })?,
+                    });
+                }
+                if argv.first().is_none_or(|a| a.trim().is_empty()) {
+                    return Err(invalid(format!("runcmd[{i}]"), "empty command"));
+                }
+                plan.command(kubeadm_argv(argv));
+            }
+            Value::Null | Value::Mapping(_) => {
+                return Err(invalid(
+                    format!("runcmd[{i}]"),
+                    format!("must be a string or a list, found {}", kind(item)),
+                ));
+            }
+            other => {
+                let script = scalar(other).unwrap_or_default();
+                plan.shell(kubeadm_script(&script));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Insert the preflight flag after the first `kubeadm init` and the first `kubeadm join`.
+pub(crate) fn kubeadm_script(script: &str) -> String {
+    let script = insert_after_first(script, "kubeadm init");
+    insert_after_first(&script, "kubeadm join")
+}
+
+fn insert_after_first(s: &str, needle: &str) -> String {
+    let mut from = 0;
+    while let Some(pos) = s[from..].find(needle) {
+        let end = from + pos + needle.len();
+        let at_word_end = s[end..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_alphanumeric() || c == '-' || c == '_'));
+        if at_word_end {
+            return format!(
+                "{} {KUBEADM_IGNORE_PREFLIGHT_ERRORS}{}",
+                &s[..end],
+                &s[end..]
+            );
+        }
+        from = end;
+    }
+    s.to_string()
+}
+
+/// `["kubeadm", "init"|"join", …]` gets the preflight flag as argv[2].
+fn kubeadm_argv(mut argv: Vec<String>) -> Vec<String> {
+    let is_kubeadm = argv
+        .first()
+        .is_some_and(|a| a == "kubeadm" || a.ends_with("/kubeadm"));
+    if is_kubeadm && argv.get(1).is_some_and(|a| a == "init" || a == "join") {
+        argv.insert(2, KUBEADM_IGNORE_PREFLIGHT_ERRORS.to_string());
+    }
+    argv
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{SENTINEL_PATH, Step};
+    use super::*;
+    use crate::bootstrap::decode::{b64, gzip};
+
+    const INIT: &str = include_str!("testdata/cabpk-init.yaml");
+    const JOIN: &str = include_str!("testdata/cabpk-join.yaml");
+
+    fn steps(yaml: &str) -> Vec<Step> {
+        commands(yaml.as_bytes()).unwrap()
+    }
+
+    fn err(yaml: &str) -> BootstrapError {
+        commands(yaml.as_bytes()).unwrap_err()
+    }
+
+    fn argvs(steps: &[Step]) -> Vec<Vec<&str>> {
+        steps
+            .iter()
+            .map(|s| s.argv.iter().map(String::as_str).collect())
+            .collect()
+    }
+
+    fn write_of<'a>(steps: &'a [Step], path: &str) -> &'a Step {
+        steps
+            .iter()
+            .find(|s| s.argv.len() == 4 && s.argv[0] == "/bin/sh" && s.argv[3] == path)
+            .unwrap_or_else(|| panic!("no write of {path} in {steps:?}"))
+    }
+
+    #[test]
+    fn cabpk_init_fixture() {
+        let steps = steps(INIT);
+        let descriptions: Vec<&str> = steps.iter().map(|s| s.description.as_str()).collect();
+        assert_eq!(
+            descriptions,
+            [
+                "mkdir -p /etc/kubernetes/pki",
+                "write /etc/kubernetes/pki/ca.crt",
+                "chmod 0640 /etc/kubernetes/pki/ca.crt",
+                "write /etc/kubernetes/pki/ca.key",
+                "chmod 0600 /etc/kubernetes/pki/ca.key",
+                "mkdir -p /etc/kubernetes/pki/etcd",
+                "write /etc/kubernetes/pki/etcd/ca.crt",
+                "chmod 0640 /etc/kubernetes/pki/etcd/ca.crt",
+                "write /etc/kubernetes/pki/etcd/ca.key",
+                "chmod 0600 /etc/kubernetes/pki/etcd/ca.key",
+                "mkdir -p /etc/kubernetes",
+                "write /etc/kubernetes/audit-policy.yaml",
+                "mkdir -p /run/kubeadm",
+                "write /run/kubeadm/kubeadm.yaml",
+                "chmod 0640 /run/kubeadm/kubeadm.yaml",
+                "mkdir -p /run/cluster-api",
+                "write /run/cluster-api/placeholder",
+                "/bin/sh -c \"mkdir -p /var/lib/etcd\"",
+                "/bin/sh -c \"kubeadm init --ignore-preflight-errors=SystemVerification,Swap,FileContent--proc-sys-net-bridge-bridge-nf-call-iptables --config /run/kubeadm/kubeadm.yaml  && echo success > /run/cluster-api/bootstrap-success.complete\"",
+                "/bin/sh -c \"echo post-kubeadm done\"",
+            ]
+        );
+
+        // The gzip+base64 file is really decompressed.
+        let audit = write_of(&steps, "/etc/kubernetes/audit-policy.yaml");
+        let text = String::from_utf8(audit.stdin.clone().unwrap()).unwrap();
+        assert!(
+            text.starts_with("apiVersion: audit.k8s.io/v1\nkind: Policy\n"),
+            "{text}"
+        );
+
+        // The kubeadm config is written verbatim, token and all, but never described.
+        let kubeadm = write_of(&steps, "/run/kubeadm/kubeadm.yaml");
+        let cfg = String::from_utf8(kubeadm.stdin.clone().unwrap()).unwrap();
+        assert!(cfg.contains("token: abcdef.0123456789abcdef"));
+        assert!(cfg.starts_with("---\napiVersion: kubeadm.k8s.io/v1beta4\n"));
+
+        let key = write_of(&steps, "/etc/kubernetes/pki/ca.key");
+        let key = String::from_utf8(key.stdin.clone().unwrap()).unwrap();
+        assert!(key.starts_with("-----BEGIN RSA PRIVATE KEY-----\n"));
+        assert!(key.ends_with("-----END RSA PRIVATE KEY-----\n"));
+
+        for s in &steps {
+            assert!(!s.description.contains("BEGIN"), "{}", s.description);
+            assert!(!s.description.contains("abcdef.0123"), "{}", s.description);
+        }
+
+        let last_kubeadm = &steps[steps.len() - 2];
+        assert!(last_kubeadm.argv[2].ends_with(SENTINEL_PATH));
+    }
+
+    #[test]
+    fn cabpk_join_fixture() {
+        let steps = steps(JOIN);
+        let last = steps.last().unwrap();
+        assert_eq!(
+            last.argv[2],
+            format!(
+                "kubeadm join {KUBEADM_IGNORE_PREFLIGHT_ERRORS} --config /run/kubeadm/kubeadm-join-config.yaml  && echo success > {SENTINEL_PATH}"
+            )
+        );
+        let join = write_of(&steps, "/run/kubeadm/kubeadm-join-config.yaml");
+        assert_eq!(
+            join.description,
+            "write /run/kubeadm/kubeadm-join-config.yaml"
+        );
+        let cfg = String::from_utf8(join.stdin.clone().unwrap()).unwrap();
+        assert!(cfg.contains("kind: JoinConfiguration"));
+        // The `## template: jinja` header and an empty bootcmd are fine.
+        assert!(steps.iter().all(|s| !s.description.contains("bootcmd")));
+    }
+
+    #[test]
+    fn keys_run_in_document_order() {
+        let steps =
+            steps("runcmd:\n  - [echo, first]\nwrite_files:\n  - path: /x\n    content: hi\n");
+        assert_eq!(
+            argvs(&steps),
+            [
+                vec!["echo", "first"],
+                vec!["/bin/sh", "-c", "cat > \"$0\"", "/x"]
+            ]
+        );
+    }
+
+    #[test]
+    fn unsupported_top_level_keys_are_listed() {
+        let e = err(
+            "#cloud-config\nwrite_files: []\nbootcmd:\n  - echo hi\nntp:\n  enabled: true\nruncmd: []\nusers:\n  - name: capi\n",
+        );
+        assert_eq!(
+            e,
+            BootstrapError::UnsupportedKeys(vec!["bootcmd".into(), "ntp".into(), "users".into()])
+        );
+        let msg = e.to_string();
+        assert!(msg.contains("bootcmd, ntp, users"), "{msg}");
+        assert!(msg.contains("write_files and runcmd"), "{msg}");
+
+        // Keys that ask for nothing are not worth failing for.
+        assert!(steps("bootcmd: []\nusers:\nmounts: {}\nruncmd: [[true]]\n").len() == 1);
+    }
+
+    #[test]
+    fn ignition_data_gets_a_hint() {
+        let e = err(r#"{"ignition":{"version":"3.4.0"},"storage":{"files":[]}}"#);
+        assert!(
+            e.to_string()
+                .contains("set the bootstrap Secret's format to \"ignition\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn not_a_mapping_or_empty() {
+        assert_eq!(
+            err(""),
+            BootstrapError::Empty {
+                format: Format::CloudConfig
+            }
+        );
+        assert_eq!(
+            err("#cloud-config\n"),
+            BootstrapError::Empty {
+                format: Format::CloudConfig
+            }
+        );
+        assert_eq!(
+            err("{}"),
+            BootstrapError::Empty {
+                format: Format::CloudConfig
+            }
+        );
+        let e = err("- a\n- b\n");
+        assert!(
+            e.to_string()
+                .contains("must be a mapping at the top level, found a list"),
+            "{e}"
+        );
+        let e = err("#!/bin/bash\nkubeadm init\n");
+        assert!(
+            e.to_string()
+                .contains("shell-script user data is not supported"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_name_the_position_not_the_content() {
+        let e = err(
+            "#cloud-config\nwrite_files:\n  - path: /x\n    content: \"-----BEGIN KEY----- secretvalue\n  runcmd: [\n",
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("cloud-config bootstrap data is not valid YAML: "),
+            "{msg}"
+        );
+        assert!(msg.contains("line "), "{msg}");
+        assert!(!msg.contains("secretvalue"), "{msg}");
+
+        let e = commands(b"runcmd: [\xff]").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("not valid UTF-8: invalid byte at offset 9"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn write_files_encodings() {
+        let payload = b"line one\nline two\n";
+        let yaml = format!(
+            "write_files:\n\
+             - {{path: /a, content: hello}}\n\
+             - {{path: /b, encoding: b64, content: '{b}'}}\n\
+             - {{path: /c, encoding: base64, content: '{b}'}}\n\
+             - {{path: /d, encoding: gz+b64, content: '{g}'}}\n\
+             - {{path: /e, encoding: gzip+base64, content: '{g}'}}\n\
+             - {{path: /f, encoding: gz+base64, content: '{g}'}}\n\
+             - {{path: /g, encoding: GZIP+B64, content: '{g}'}}\n\
+             - {{path: /h, encoding: text/plain, content: plain}}\n\
+             - {{path: /i}}\n",
+            b = b64(payload),
+            g = b64(&gzip(payload)),
+        );
+        let steps = steps(&yaml);
+        let content = |p: &str| write_of(&steps, p).stdin.clone().unwrap();
+        assert_eq!(content("/a"), b"hello");
+        for p in ["/b", "/c", "/d", "/e", "/f", "/g"] {
+            assert_eq!(content(p), payload, "{p}");
+        }
+        assert_eq!(content("/h"), b"plain");
+        assert_eq!(content("/i"), b"");
+    }
+
+    #[test]
+    fn wrapped_base64_content() {
+        let b = b64(&gzip(&[b'x'; 500]));
+        let wrapped: String = b
+            .as_bytes()
+            .chunks(20)
+            .map(|c| format!("      {}\n", std::str::from_utf8(c).unwrap()))
+            .collect();
+        let yaml =
+            format!("write_files:\n  - path: /w\n    encoding: gz+b64\n    content: |\n{wrapped}");
+        assert_eq!(
+            write_of(&steps(&yaml), "/w").stdin.as_deref().unwrap(),
+            &[b'x'; 500]
+        );
+    }
+
+    #[test]
+    fn write_files_bad_content() {
+        let e = err(
+            "write_files:\n  - path: /etc/secret.key\n    encoding: b64\n    content: 'c2VjcmV0*c2VjcmV0'\n",
+        );
+        let msg = e.to_string();
+        assert_eq!(
+            msg,
+            "write_files[0] (/etc/secret.key): content is not valid base64 (invalid character at offset 8)"
+        );
+        let e = err(&format!(
+            "write_files:\n  - path: /z\n    encoding: gz+b64\n    content: {}\n",
+            b64(b"not gzip at all")
+        ));
+        assert!(
+            e.to_string()
+                .starts_with("write_files[0] (/z): content is not valid gzip"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("not gzip at all"), "{e}");
+        let e = err("write_files:\n  - path: /z\n    encoding: rot13\n    content: x\n");
+        assert!(
+            e.to_string().contains("unsupported encoding \"rot13\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn write_files_entry_errors() {
+        let e = err("write_files:\n  - content: orphan\n");
+        assert_eq!(e.to_string(), "write_files[0]: missing path");
+        let e = err("write_files:\n  - path: '   '\n");
+        assert_eq!(e.to_string(), "write_files[0]: missing path");
+        let e = err("write_files:\n  - {path: /a}\n  - just-a-string\n");
+        assert_eq!(
+            e.to_string(),
+            "write_files[1]: must be a mapping, found a string"
+        );
+        let e = err("write_files: /etc/x\n");
+        assert_eq!(
+            e.to_string(),
+            "write_files: must be a list of files, found a string"
+        );
+        let e = err("write_files:\n  - path: /a\n    source: {uri: 'https://x'}\n");
+        assert!(
+            e.to_string()
+                .starts_with("write_files[0] (/a): unsupported keys: source"),
+            "{e}"
+        );
+        let e = err("write_files:\n  - path: /a\n    content: [1, 2]\n");
+        assert_eq!(
+            e.to_string(),
+            "write_files[0] (/a): content must be a string, found a list"
+        );
+        let e = err("write_files:\n  - path: /a\n    append: maybe\n");
+        assert_eq!(
+            e.to_string(),
+            "write_files[0] (/a): append must be true or false, found a string"
+        );
+    }
+
+    #[test]
+    fn permissions_and_owner() {
+        let steps = steps(
+            "write_files:\n\
+             - {path: ' /p/a ', permissions: '0600', owner: 'etcd:etcd'}\n\
+             - {path: /p/b, permissions: 0640}\n\
+             - {path: /p/c, permissions: '0644', owner: root:root}\n\
+             - {path: /p/d, permissions: '755', owner: root}\n\
+             - {path: /p/e, permissions: '0o750'}\n\
+             - {path: /p/f, permissions: ''}\n",
+        );
+        assert_eq!(
+            argvs(&steps),
+            [
+                vec!["mkdir", "-p", "/p"],
+                vec!["/bin/sh", "-c", "cat > \"$0\"", "/p/a"],
+                vec!["chmod", "0600", "/p/a"],
+                vec!["chown", "etcd:etcd", "/p/a"],
+                vec!["/bin/sh", "-c", "cat > \"$0\"", "/p/b"],
+                vec!["chmod", "0640", "/p/b"],
+                vec!["/bin/sh", "-c", "cat > \"$0\"", "/p/c"],
+                vec!["/bin/sh", "-c", "cat > \"$0\"", "/p/d"],
+                vec!["chmod", "0755", "/p/d"],
+                vec!["/bin/sh", "-c", "cat > \"$0\"", "/p/e"],
+                vec!["chmod", "0750", "/p/e"],
+                vec!["/bin/sh", "-c", "cat > \"$0\"", "/p/f"],
+            ]
+        );
+        for bad in ["'0999'", "'rwx'", "'17777'", "'-644'", "0o750", "'+644'"] {
+            let e = err(&format!(
+                "write_files:\n  - {{path: /x, permissions: {bad}}}\n"
+            ));
+            assert!(e.to_string().contains("is not an octal mode"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn append_uses_append_redirect() {
+        let steps = steps(
+            "write_files:\n  - {path: /etc/hosts, content: \"10.0.0.1 x\\n\", append: true}\n",
+        );
+        assert_eq!(
+            steps[1].argv,
+            ["/bin/sh", "-c", "cat >> \"$0\"", "/etc/hosts"]
+        );
+        assert_eq!(steps[1].description, "append /etc/hosts");
+    }
+
+    #[test]
+    fn runcmd_forms() {
+        let steps = steps(
+            "runcmd:\n\
+             - [ls, -l, /]\n\
+             - 'echo \"a b\" | wc -c'\n\
+             - [kubeadm, join, --config, /run/kubeadm/kubeadm-join-config.yaml]\n\
+             - [kubeadm, version]\n\
+             - [/usr/bin/kubeadm, init]\n\
+             - [sysctl, -w, 'net.ipv4.ip_forward=1', 1, true]\n",
+        );
+        assert_eq!(
+            argvs(&steps),
+            [
+                vec!["ls", "-l", "/"],
+                vec!["/bin/sh", "-c", "echo \"a b\" | wc -c"],
+                vec![
+                    "kubeadm",
+                    "join",
+                    KUBEADM_IGNORE_PREFLIGHT_ERRORS,
+                    "--config",
+                    "/run/kubeadm/kubeadm-join-config.yaml"
+                ],
+                vec!["kubeadm", "version"],
+                vec!["/usr/bin/kubeadm", "init", KUBEADM_IGNORE_PREFLIGHT_ERRORS],
+                vec!["sysctl", "-w", "net.ipv4.ip_forward=1", "1", "true"],
+            ]
+        );
+        assert_eq!(steps[0].description, "ls -l /");
+    }
+
+    #[test]
+    fn runcmd_errors() {
+        assert_eq!(
+            err("runcmd: 'echo hi'\n").to_string(),
+            "runcmd: must be a list of commands, found a string"
+        );
+        assert_eq!(
+            err("runcmd:\n  - []\n").to_string(),
+            "runcmd[0]: empty command"
+        );
+        assert_eq!(
+            err("runcmd:\n  - [true]\n  -\n").to_string(),
+            "runcmd[1]: must be a string or a list, found null"
+        );
+        assert_eq!(
+            err("runcmd:\n  - {a: b}\n").to_string(),
+            "runcmd[0]: must be a string or a list, found a mapping"
+        );
+        assert_eq!(
+            err("runcmd:\n  - [a, [b]]\n").to_string(),
+            "runcmd[0][1]: must be a string, found a list"
+        );
+    }
+
+    #[test]
+    fn kubeadm_flag_in_scripts() {
+        assert_eq!(
+            kubeadm_script("kubeadm init --config /x && echo ok"),
+            format!("kubeadm init {KUBEADM_IGNORE_PREFLIGHT_ERRORS} --config /x && echo ok")
+        );
+        assert_eq!(
+            kubeadm_script("kubeadm join"),
+            format!("kubeadm join {KUBEADM_IGNORE_PREFLIGHT_ERRORS}")
+        );
+        // Only the first occurrence of each.
+        assert_eq!(
+            kubeadm_script("kubeadm init; kubeadm init"),
+            format!("kubeadm init {KUBEADM_IGNORE_PREFLIGHT_ERRORS}; kubeadm init")
+        );
+        // Not inside a longer word.
+        assert_eq!(
+            kubeadm_script("kubeadm initialize; kubeadm init"),
+            format!("kubeadm initialize; kubeadm init {KUBEADM_IGNORE_PREFLIGHT_ERRORS}")
+        );
+        assert_eq!(kubeadm_script("kubeadm reset -f"), "kubeadm reset -f");
+    }
+
+    #[test]
+    fn secrets_in_runcmd_stay_out_of_descriptions() {
+        let steps = steps(
+            "runcmd:\n\
+             - kubeadm join 172.18.0.3:6443 --token abcdef.0123456789abcdef --discovery-token-ca-cert-hash sha256:1111111111111111111111111111111111111111111111111111111111111111\n\
+             - [kubeadm, join, --token, abcdef.0123456789abcdef, --certificate-key, 2222222222222222222222222222222222222222222222222222222222222222]\n",
+        );
+        for s in &steps {
+            assert!(
+                !s.description.contains("0123456789abcdef"),
+                "{}",
+                s.description
+            );
+            assert!(!s.description.contains("1111111111"), "{}", s.description);
+            assert!(!s.description.contains("2222222222"), "{}", s.description);
+            assert!(s.description.contains("[redacted]"), "{}", s.description);
+        }
+        // The real argv is intact.
+        assert!(steps[0].argv[2].contains("--token abcdef.0123456789abcdef"));
+    }
+}

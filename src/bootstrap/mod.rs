@@ -1,0 +1,226 @@
+//! Bootstrap data (the CAPI bootstrap Secret's `value`) turned into commands to exec in a node
+//! container, and a runner that execs them one by one.
+//!
+//! Pure logic: nothing here touches the network, the filesystem or the API server; the runner
+//! talks to the container only through [`ContainerRuntime`](crate::docker::ContainerRuntime).
+//!
+//! Supported input (see `reference/capd-inventory.md` §5, and the README):
+//! - **cloud-config**: the top-level keys `write_files` and `runcmd`, in document order. Any other
+//!   top-level key that asks for something is rejected with an error naming it (upstream CAPD
+//!   silently breaks on them). `write_files` encodings `b64`, `gz` and `gz+b64` (base64, then gunzip:
+//!   upstream forgets the gunzip) are supported.
+//! - **Ignition** v2.x / v3.x (JSON, or the same document in YAML): `storage.files`,
+//!   `storage.directories`, `storage.links` and `systemd.units`. Remote content sources are rejected.
+//!
+//! Secrets: the bootstrap data carries join tokens, certificate keys and private keys. Nothing in
+//! this module logs it, and every text meant for a condition or a log ([`Step::description`],
+//! [`BootstrapError`], [`StepFailure`]) is either built without file content or passed through
+//! [`redact`].
+mod cloud_config;
+mod decode;
+mod ignition;
+mod plan;
+mod redact;
+mod runner;
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use redact::{REDACTED, redact};
+pub use runner::{StepFailure, TAIL_CHARS, TAIL_LINES, run};
+
+/// The file CABPK's commands create when bootstrap succeeded; checked before and after the run.
+pub const SENTINEL_PATH: &str = "/run/cluster-api/bootstrap-success.complete";
+
+/// The flag upstream CAPD inserts after `kubeadm init` / `kubeadm join` in cloud-config `runcmd`.
+pub const KUBEADM_IGNORE_PREFLIGHT_ERRORS: &str = "--ignore-preflight-errors=SystemVerification,Swap,FileContent--proc-sys-net-bridge-bridge-nf-call-iptables";
+
+/// The format of the bootstrap data, from the bootstrap Secret's `format` key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// `cloud-config` (also the default when the key is absent or empty).
+    CloudConfig,
+    /// `ignition`.
+    Ignition,
+}
+
+impl Format {
+    /// Parse the Secret's `format` value: absent or empty means cloud-config.
+    pub fn parse(value: Option<&str>) -> Result<Format, BootstrapError> {
+        value.unwrap_or("").parse()
+    }
+
+    /// The value as written in the Secret.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::CloudConfig => "cloud-config",
+            Format::Ignition => "ignition",
+        }
+    }
+}
+
+impl FromStr for Format {
+    type Err = BootstrapError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "" | "cloud-config" => Ok(Format::CloudConfig),
+            "ignition" => Ok(Format::Ignition),
+            other => Err(BootstrapError::UnsupportedFormat(plan::shorten(other, 64))),
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One command to exec in the node container.
+///
+/// `Debug` shows only the description and the size of stdin: argv and stdin may hold secrets.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Step {
+    /// The command and its arguments, exec'd directly (no shell unless the first one is a shell).
+    pub argv: Vec<String>,
+    /// Bytes fed to the command's stdin (file content for writes).
+    pub stdin: Option<Vec<u8>>,
+    /// Safe to show in conditions, events and logs: the action and path, or the redacted command
+    /// line; never file content.
+    pub description: String,
+}
+
+impl fmt::Debug for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Step")
+            .field("description", &self.description)
+            .field("argc", &self.argv.len())
+            .field("stdin_bytes", &self.stdin.as_ref().map(Vec::len))
+            .finish()
+    }
+}
+
+/// Why bootstrap data could not be turned into commands. Messages name formats, keys, paths and
+/// positions, never content.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BootstrapError {
+    /// The Secret's `format` is neither `cloud-config` nor `ignition`.
+    #[error(
+        "unsupported bootstrap data format {0:?}: expected \"cloud-config\" (the default) or \"ignition\""
+    )]
+    UnsupportedFormat(String),
+    /// The data is empty (or only comments).
+    #[error("{format} bootstrap data is empty")]
+    Empty { format: Format },
+    /// The data does not parse; `message` is the parser's problem and position.
+    #[error("{format} bootstrap data is not valid {syntax}: {message}")]
+    Syntax {
+        format: Format,
+        /// `YAML`, `JSON` or `UTF-8`.
+        syntax: &'static str,
+        message: String,
+    },
+    /// The document parses but its top level is not a mapping/object.
+    #[error("{format} bootstrap data must be a mapping at the top level, found {found}{hint}")]
+    NotAMapping {
+        format: Format,
+        found: &'static str,
+        hint: &'static str,
+    },
+    /// cloud-config keys other than `write_files` and `runcmd`.
+    #[error(
+        "cloud-config has unsupported top-level keys: {}; only write_files and runcmd are supported",
+        .0.join(", ")
+    )]
+    UnsupportedKeys(Vec<String>),
+    /// Something inside the document is invalid: `location` names the entry (`write_files[2]
+    /// (/etc/foo)`, `storage.files[0] (/etc/bar)`, `runcmd[3]`), `reason` says what is wrong.
+    #[error("{location}: {reason}")]
+    Invalid { location: String, reason: String },
+}
+
+/// Turn bootstrap data into the ordered list of commands to exec in the node container.
+pub fn commands(format: Format, data: &[u8]) -> Result<Vec<Step>, BootstrapError> {
+    match format {
+        Format::CloudConfig => cloud_config::commands(data),
+        Format::Ignition => ignition::commands(data),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_parsing() {
+        assert_eq!(Format::parse(None).unwrap(), Format::CloudConfig);
+        assert_eq!(Format::parse(Some("")).unwrap(), Format::CloudConfig);
+        assert_eq!(
+            Format::parse(Some("cloud-config")).unwrap(),
+            Format::CloudConfig
+        );
+        assert_eq!(Format::parse(Some("ignition")).unwrap(), Format::Ignition);
+        assert_eq!(
+            "ignition\n".parse::<Format>().unwrap(),
+            Format::Ignition,
+            "surrounding whitespace is tolerated"
+        );
+        let err = Format::parse(Some("cloudinit")).unwrap_err();
+        assert_eq!(err, BootstrapError::UnsupportedFormat("cloudinit".into()));
+        let msg = err.to_string();
+        assert!(msg.contains("\"cloudinit\""), "{msg}");
+        assert!(
+            msg.contains("cloud-config") && msg.contains("ignition"),
+            "{msg}"
+        );
+        assert_eq!(Format::Ignition.to_string(), "ignition");
+        assert_eq!(Format::CloudConfig.as_str(), "cloud-config");
+    }
+
+    #[test]
+    fn unsupported_format_value_is_bounded() {
+        let long = "x".repeat(1000);
+        let msg = Format::parse(Some(&long)).unwrap_err().to_string();
+        assert!(msg.len() < 200, "{msg}");
+    }
+
+    #[test]
+    fn step_debug_hides_argv_and_stdin() {
+        let step = Step {
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "kubeadm join --token abcdef.0123456789abcdef".into(),
+            ],
+            stdin: Some(b"-----BEGIN PRIVATE KEY-----".to_vec()),
+            description: "write /etc/x".into(),
+        };
+        let dbg = format!("{step:?}");
+        assert!(!dbg.contains("abcdef"), "{dbg}");
+        assert!(!dbg.contains("PRIVATE"), "{dbg}");
+        assert!(dbg.contains("write /etc/x"), "{dbg}");
+        assert!(dbg.contains("27"), "stdin size shown: {dbg}");
+    }
+
+    #[test]
+    fn dispatches_on_format() {
+        let cc = commands(Format::CloudConfig, b"#cloud-config\nruncmd:\n  - [true]\n").unwrap();
+        assert_eq!(cc.len(), 1);
+        let ign = commands(
+            Format::Ignition,
+            br#"{"ignition":{"version":"3.4.0"},"systemd":{"units":[{"name":"a.service","enabled":true}]}}"#,
+        )
+        .unwrap();
+        assert!(
+            ign.iter()
+                .any(|s| s.argv == ["systemctl", "enable", "--now", "a.service"])
+        );
+        // cloud-config handed over as ignition: parses as YAML, but is not an Ignition config.
+        let err = commands(Format::Ignition, b"#cloud-config\nruncmd: []\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "ignition.version: missing: an Ignition config must declare its spec version"
+        );
+    }
+}

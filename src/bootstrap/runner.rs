@@ -1,0 +1,493 @@
+//! Exec'ing bootstrap steps one by one in a node container.
+use std::fmt;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use super::plan::shorten;
+use super::{Step, redact};
+use crate::docker::ContainerRuntime;
+
+/// At most this many lines of a failed step's output are kept.
+pub const TAIL_LINES: usize = 20;
+/// At most this many characters of a failed step's output are kept.
+pub const TAIL_CHARS: usize = 1500;
+
+/// Why the run stopped: the first step that exited non-zero or could not be exec'd.
+///
+/// Every field is safe to put in a condition, an Event or a log: the description never holds file
+/// content and the output tail is redacted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepFailure {
+    /// Position of the failed step in the slice given to [`run`] (0-based; shown 1-based).
+    pub index: usize,
+    /// Number of steps in the run.
+    pub total: usize,
+    /// The failed step's [`Step::description`].
+    pub description: String,
+    /// The exit code, when the command ran.
+    pub exit_code: Option<i64>,
+    /// The last [`TAIL_LINES`] lines (at most [`TAIL_CHARS`] characters) of the step's stdout
+    /// followed by its stderr, redacted.
+    pub output_tail: String,
+    /// The runtime's error, redacted, when the command could not be exec'd at all.
+    pub runtime_error: Option<String>,
+}
+
+impl StepFailure {
+    /// The 1-based step number, as shown in messages.
+    pub fn number(&self) -> usize {
+        self.index + 1
+    }
+}
+
+impl std::error::Error for StepFailure {}
+
+impl fmt::Display for StepFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "step {}/{} failed: {}",
+            self.number(),
+            self.total,
+            self.description
+        )?;
+        match (&self.runtime_error, self.exit_code) {
+            (Some(err), _) => write!(f, ": could not exec: {err}")?,
+            (None, Some(code)) => write!(f, " exited with code {code}")?,
+            (None, None) => {}
+        }
+        if !self.output_tail.is_empty() {
+            write!(f, ": {}", self.output_tail)?;
+        }
+        Ok(())
+    }
+}
+
+/// Exec `steps` in order in `container`, stopping at the first one that exits non-zero or cannot
+/// be exec'd. `progress(index, step)` is called before each step (0-based index), e.g. to show the
+/// current step in a condition.
+///
+/// Only step descriptions are logged, never argv, stdin or output. The caller bounds the whole run
+/// with a timeout and checks [`SENTINEL_PATH`](super::SENTINEL_PATH) itself.
+pub async fn run(
+    rt: &dyn ContainerRuntime,
+    container: &str,
+    steps: &[Step],
+    progress: impl Fn(usize, &Step) + Send + Sync,
+) -> Result<(), StepFailure> {
+    let total = steps.len();
+    for (index, step) in steps.iter().enumerate() {
+        progress(index, step);
+        tracing::debug!(
+            container,
+            step = index + 1,
+            total,
+            description = %step.description,
+            "bootstrap: running step"
+        );
+        let failure = match rt.exec(container, &step.argv, step.stdin.as_deref()).await {
+            Ok(out) if out.success() => continue,
+            Ok(out) => StepFailure {
+                index,
+                total,
+                description: step.description.clone(),
+                exit_code: Some(out.exit_code),
+                output_tail: output_tail(&out.stdout, &out.stderr),
+                runtime_error: None,
+            },
+            Err(err) => StepFailure {
+                index,
+                total,
+                description: step.description.clone(),
+                exit_code: None,
+                output_tail: String::new(),
+                runtime_error: Some(shorten(&redact(&err.to_string()), 500)),
+            },
+        };
+        tracing::warn!(
+            container,
+            step = index + 1,
+            total,
+            description = %step.description,
+            exit_code = ?failure.exit_code,
+            "bootstrap: step failed"
+        );
+        return Err(failure);
+    }
+    Ok(())
+}
+
+static ANSI: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]").unwrap());
+
+/// stdout then stderr (errors last, where the tail keeps them), redacted as a whole (so a PEM
+/// block cut by the tail is still recognised), cleaned of terminal escapes and bounded.
+pub(crate) fn output_tail(stdout: &[u8], stderr: &[u8]) -> String {
+    let mut text = String::from_utf8_lossy(stdout).into_owned();
+    let err = String::from_utf8_lossy(stderr);
+    if !text.is_empty() && !err.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&err);
+
+    let text = redact(&text);
+    let text = ANSI.replace_all(&text, "");
+    let text: String = text
+        .replace("\r\n", "\n")
+        .chars()
+        .map(|c| match c {
+            '\r' => '\n',
+            '\n' | '\t' => c,
+            c if c.is_control() => '?',
+            c => c,
+        })
+        .collect();
+
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    let start = lines.len().saturating_sub(TAIL_LINES);
+    let tail = lines[start..].join("\n");
+    let count = tail.chars().count();
+    if count <= TAIL_CHARS {
+        return tail;
+    }
+    let kept: String = tail.chars().skip(count - (TAIL_CHARS - 1)).collect();
+    format!("…{kept}")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, VecDeque};
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::bootstrap::{Format, commands};
+    use crate::docker::{
+        ContainerInfo, ContainerSpec, ExecOutput, NetworkSpec, RuntimeError, RuntimeResult,
+    };
+
+    type Call = (String, Vec<String>, Option<Vec<u8>>);
+
+    /// Records exec calls; answers them from a queue, then with success.
+    #[derive(Default)]
+    struct FakeRuntime {
+        calls: Mutex<Vec<Call>>,
+        answers: Mutex<VecDeque<RuntimeResult<ExecOutput>>>,
+    }
+
+    impl FakeRuntime {
+        fn answering(answers: Vec<RuntimeResult<ExecOutput>>) -> Self {
+            FakeRuntime {
+                calls: Mutex::default(),
+                answers: Mutex::new(answers.into()),
+            }
+        }
+
+        fn calls(&self) -> Vec<Call> {
+            self.calls.lock().unwrap().clone()
+        }
+    }
+
+    fn ok() -> RuntimeResult<ExecOutput> {
+        Ok(ExecOutput::default())
+    }
+
+    fn exit(code: i64, stdout: &str, stderr: &str) -> RuntimeResult<ExecOutput> {
+        Ok(ExecOutput {
+            exit_code: code,
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: stderr.as_bytes().to_vec(),
+        })
+    }
+
+    #[async_trait]
+    impl ContainerRuntime for FakeRuntime {
+        async fn ping(&self) -> RuntimeResult<()> {
+            Ok(())
+        }
+        async fn ensure_network(&self, _: &NetworkSpec) -> RuntimeResult<()> {
+            Ok(())
+        }
+        async fn inspect(&self, _: &str) -> RuntimeResult<Option<ContainerInfo>> {
+            Ok(None)
+        }
+        async fn list(&self, _: &BTreeMap<String, String>) -> RuntimeResult<Vec<ContainerInfo>> {
+            Ok(Vec::new())
+        }
+        async fn ensure_image(&self, _: &str) -> RuntimeResult<()> {
+            Ok(())
+        }
+        async fn create_and_start(&self, _: &ContainerSpec) -> RuntimeResult<ContainerInfo> {
+            Ok(ContainerInfo::default())
+        }
+        async fn start(&self, _: &str) -> RuntimeResult<()> {
+            Ok(())
+        }
+        async fn remove(&self, _: &str) -> RuntimeResult<()> {
+            Ok(())
+        }
+        async fn exec(
+            &self,
+            name: &str,
+            argv: &[String],
+            stdin: Option<&[u8]>,
+        ) -> RuntimeResult<ExecOutput> {
+            self.calls.lock().unwrap().push((
+                name.to_string(),
+                argv.to_vec(),
+                stdin.map(<[u8]>::to_vec),
+            ));
+            self.answers.lock().unwrap().pop_front().unwrap_or_else(ok)
+        }
+        async fn kill(&self, _: &str, _: &str) -> RuntimeResult<()> {
+            Ok(())
+        }
+    }
+
+    fn shell(script: &str) -> Step {
+        let mut plan = super::super::plan::Plan::default();
+        plan.shell(script.to_string());
+        plan.into_steps().remove(0)
+    }
+
+    fn write(path: &str, content: &[u8]) -> Step {
+        Step {
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "cat > \"$0\"".into(),
+                path.into(),
+            ],
+            stdin: Some(content.to_vec()),
+            description: format!("write {path}"),
+        }
+    }
+
+    const TOKEN: &str = "abcdef.0123456789abcdef";
+    const HASH: &str = "sha256:5d4c7f4e0a3b9e8f1c2d6a7b8e9f0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6e7f";
+
+    #[tokio::test]
+    async fn runs_every_step_in_order_with_stdin() {
+        let rt = FakeRuntime::default();
+        let steps = vec![
+            write("/etc/a", b"secret-a"),
+            shell("echo hi"),
+            write("/etc/b", b"secret-b"),
+        ];
+        let seen = Mutex::new(Vec::new());
+        run(&rt, "node-0", &steps, |i, s| {
+            seen.lock().unwrap().push((i, s.description.clone()))
+        })
+        .await
+        .unwrap();
+
+        let calls = rt.calls();
+        assert_eq!(calls.len(), 3);
+        for (call, step) in calls.iter().zip(&steps) {
+            assert_eq!(call.0, "node-0");
+            assert_eq!(call.1, step.argv);
+            assert_eq!(call.2, step.stdin);
+        }
+        assert_eq!(calls[0].2.as_deref(), Some(&b"secret-a"[..]));
+        assert_eq!(calls[1].2, None);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                (0, "write /etc/a".to_string()),
+                (1, "/bin/sh -c \"echo hi\"".to_string()),
+                (2, "write /etc/b".to_string()),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn empty_plan_succeeds() {
+        let rt = FakeRuntime::default();
+        run(&rt, "n", &[], |_, _| {}).await.unwrap();
+        assert!(rt.calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn first_failure_stops_the_run() {
+        let rt = FakeRuntime::answering(vec![ok(), ok(), exit(1, "", ""), ok()]);
+        let steps = vec![
+            shell("true"),
+            write("/x", b"x"),
+            shell("false"),
+            shell("echo never"),
+            shell("echo never"),
+            shell("echo never"),
+            shell("echo never"),
+        ];
+        let failure = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
+        assert_eq!(rt.calls().len(), 3, "nothing runs after the failed step");
+        assert_eq!(failure.index, 2);
+        assert_eq!(failure.number(), 3);
+        assert_eq!(failure.total, 7);
+        assert_eq!(failure.exit_code, Some(1));
+        assert_eq!(failure.runtime_error, None);
+        assert_eq!(
+            failure.to_string(),
+            "step 3/7 failed: /bin/sh -c \"false\" exited with code 1"
+        );
+    }
+
+    #[tokio::test]
+    async fn failure_message_names_command_and_code_without_secrets() {
+        let stdout = format!(
+            "[init] Using Kubernetes version: v1.31.2\n\
+             You can now join any number of control-plane nodes by running:\n\
+             \n  kubeadm join 172.18.0.2:6443 --token {TOKEN} \\\n\
+             \t--discovery-token-ca-cert-hash {HASH} \\\n\
+             \t--control-plane --certificate-key 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n"
+        );
+        let stderr = "W0101 kubelet: something\n-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n-----END RSA PRIVATE KEY-----\nerror execution phase addon/coredns: unable to create deployment\n";
+        let rt = FakeRuntime::answering(vec![ok(), exit(2, &stdout, stderr)]);
+        let steps = vec![
+            write(
+                "/run/kubeadm/kubeadm.yaml",
+                format!("token: {TOKEN}\n").as_bytes(),
+            ),
+            shell(&format!(
+                "kubeadm join 172.18.0.2:6443 --token {TOKEN} --discovery-token-ca-cert-hash {HASH}"
+            )),
+        ];
+        let failure = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
+        let msg = failure.to_string();
+        assert!(
+            msg.starts_with("step 2/2 failed: /bin/sh -c \"kubeadm join 172.18.0.2:6443 --token [redacted] --discovery-token-ca-cert-hash sha256:[redacted]\" exited with code 2: "),
+            "{msg}"
+        );
+        assert!(
+            msg.ends_with("error execution phase addon/coredns: unable to create deployment"),
+            "{msg}"
+        );
+        assert!(msg.contains("[redacted PEM block]"), "{msg}");
+        for secret in [
+            "0123456789abcdef",
+            "5d4c7f4e0a3b",
+            "9f86d081884c",
+            "MIIEpAIBAAK",
+        ] {
+            assert!(!msg.contains(secret), "{secret} leaked: {msg}");
+            assert!(
+                !format!("{failure:?}").contains(secret),
+                "{secret} leaked in Debug"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn runtime_errors_stop_the_run() {
+        let rt = FakeRuntime::answering(vec![Err(RuntimeError::Unavailable(format!(
+            "connection reset while sending --token {TOKEN}"
+        )))]);
+        let steps = vec![write("/etc/k", b"k"), shell("true")];
+        let failure = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
+        assert_eq!(rt.calls().len(), 1);
+        assert_eq!(failure.exit_code, None);
+        assert_eq!(
+            failure.to_string(),
+            "step 1/2 failed: write /etc/k: could not exec: docker engine unavailable: connection reset while sending --token [redacted]"
+        );
+    }
+
+    #[tokio::test]
+    async fn cabpk_fixture_through_the_runner() {
+        let steps = commands(
+            Format::CloudConfig,
+            include_bytes!("testdata/cabpk-init.yaml"),
+        )
+        .unwrap();
+        let kubeadm_at = steps
+            .iter()
+            .position(|s| s.description.contains("kubeadm init"))
+            .unwrap();
+        let mut answers: Vec<_> = (0..kubeadm_at).map(|_| ok()).collect();
+        answers.push(exit(
+            1,
+            "",
+            "[preflight] Running pre-flight checks\nerror execution phase preflight: [preflight] Some fatal errors occurred:\n\t[ERROR Port-6443]: Port 6443 is in use\n",
+        ));
+        let rt = FakeRuntime::answering(answers);
+        let failure = run(&rt, "c1-cp-abcde", &steps, |_, _| {})
+            .await
+            .unwrap_err();
+        assert_eq!(failure.index, kubeadm_at);
+        assert_eq!(failure.total, steps.len());
+        let msg = failure.to_string();
+        assert!(
+            msg.contains(&format!(
+                "step {}/{} failed: /bin/sh -c \"kubeadm init",
+                kubeadm_at + 1,
+                steps.len()
+            )),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("exited with code 1: [preflight] Running pre-flight checks"),
+            "{msg}"
+        );
+        assert!(
+            msg.ends_with("[ERROR Port-6443]: Port 6443 is in use"),
+            "{msg}"
+        );
+        // stdin reached the runtime for every write.
+        let calls = rt.calls();
+        for (call, step) in calls.iter().zip(&steps) {
+            assert_eq!(call.2, step.stdin);
+        }
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines_and_chars() {
+        let stdout: String = (1..=100).map(|i| format!("line {i}\n")).collect();
+        let tail = output_tail(stdout.as_bytes(), b"");
+        let lines: Vec<&str> = tail.lines().collect();
+        assert_eq!(lines.len(), TAIL_LINES);
+        assert_eq!(lines[0], "line 81");
+        assert_eq!(lines[19], "line 100");
+
+        let long = "word ".repeat(2000);
+        let tail = output_tail(b"", long.as_bytes());
+        assert_eq!(tail.chars().count(), TAIL_CHARS);
+        assert!(tail.starts_with('…'));
+    }
+
+    #[test]
+    fn tail_orders_stdout_before_stderr_and_cleans_up() {
+        assert_eq!(output_tail(b"out", b"err\n"), "out\nerr");
+        assert_eq!(output_tail(b"", b""), "");
+        assert_eq!(
+            output_tail(
+                b"\x1b[31mred\x1b[0m\r\nprogress 10%\rprogress 100%\n\x07bell",
+                b""
+            ),
+            "red\nprogress 10%\nprogress 100%\n?bell"
+        );
+        assert_eq!(output_tail(&[0x66, 0xff, 0x6f], b""), "f\u{fffd}o");
+    }
+
+    #[test]
+    fn tail_redacts_before_cutting() {
+        // A PEM block whose BEGIN line falls outside the last 20 lines is still hidden.
+        let mut out = String::from("-----BEGIN PRIVATE KEY-----\n");
+        for _ in 0..30 {
+            out.push_str("MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n");
+        }
+        out.push_str("-----END PRIVATE KEY-----\nfailed\n");
+        assert_eq!(
+            output_tail(out.as_bytes(), b""),
+            "[redacted PEM block]\nfailed"
+        );
+    }
+
+    #[test]
+    fn run_future_is_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let rt = FakeRuntime::default();
+        let fut = run(&rt, "n", &[], |_, _| {});
+        assert_send(&fut);
+    }
+}

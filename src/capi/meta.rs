@@ -1,0 +1,132 @@
+//! Pure decisions on object metadata that the CAPI contract defines.
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use super::{Cluster, GROUP, MANAGED_BY_ANNOTATION, PAUSED_ANNOTATION};
+
+/// The owner reference of `kind` in group `cluster.x-k8s.io`, whatever its version or
+/// controller flag (CAPI v1.13+ sets `controller: true` only for ClusterClass clusters).
+pub fn capi_owner<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a OwnerReference> {
+    meta.owner_references
+        .as_deref()?
+        .iter()
+        .find(|r| r.kind == kind && r.api_version.split_once('/').map(|(g, _)| g) == Some(GROUP))
+}
+
+/// Externally managed objects (annotation `cluster.x-k8s.io/managed-by`, any value) are left
+/// entirely alone.
+pub fn is_externally_managed(meta: &ObjectMeta) -> bool {
+    meta.annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(MANAGED_BY_ANNOTATION))
+}
+
+/// Why an object is paused: `Cluster.spec.paused` and/or the paused annotation on the object
+/// (presence is enough). Empty when not paused.
+pub fn paused_reasons(cluster: Option<&Cluster>, meta: &ObjectMeta, kind: &str) -> Vec<String> {
+    let mut reasons = Vec::new();
+    if cluster.is_some_and(Cluster::is_paused) {
+        reasons.push("Cluster spec.paused is set to true".to_string());
+    }
+    if meta
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
+    {
+        reasons.push(format!("{kind} has the {PAUSED_ANNOTATION} annotation"));
+    }
+    reasons
+}
+
+/// Whether an object passes the manager's `--watch-filter` (label `cluster.x-k8s.io/watch-filter`).
+pub fn matches_watch_filter(labels: &BTreeMap<String, String>, filter: Option<&str>) -> bool {
+    match filter {
+        None | Some("") => true,
+        Some(v) => labels.get(super::WATCH_FILTER_LABEL).map(String::as_str) == Some(v),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::ClusterSpec;
+
+    fn meta_with(annotations: &[(&str, &str)], owners: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            owner_references: Some(
+                owners
+                    .iter()
+                    .map(|(api, kind)| OwnerReference {
+                        api_version: api.to_string(),
+                        kind: kind.to_string(),
+                        name: "owner".into(),
+                        uid: "u".into(),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn owner_lookup_matches_group_and_kind_any_version() {
+        let m = meta_with(
+            &[],
+            &[
+                ("apps/v1", "Cluster"),
+                ("cluster.x-k8s.io/v1beta1", "Cluster"),
+            ],
+        );
+        assert_eq!(
+            capi_owner(&m, "Cluster").unwrap().api_version,
+            "cluster.x-k8s.io/v1beta1"
+        );
+        assert!(capi_owner(&m, "Machine").is_none());
+        let other = meta_with(&[], &[("example.com/v1", "Cluster")]);
+        assert!(capi_owner(&other, "Cluster").is_none());
+    }
+
+    #[test]
+    fn paused_by_cluster_or_annotation() {
+        let mut cluster = Cluster::new("c", ClusterSpec::default());
+        let plain = meta_with(&[], &[]);
+        assert!(paused_reasons(Some(&cluster), &plain, "DockerCluster").is_empty());
+        assert!(paused_reasons(None, &plain, "DockerCluster").is_empty());
+
+        let annotated = meta_with(&[(PAUSED_ANNOTATION, "")], &[]);
+        assert_eq!(
+            paused_reasons(Some(&cluster), &annotated, "DockerMachine"),
+            vec!["DockerMachine has the cluster.x-k8s.io/paused annotation"]
+        );
+        cluster.spec.paused = Some(true);
+        assert_eq!(
+            paused_reasons(Some(&cluster), &annotated, "DockerMachine").len(),
+            2
+        );
+        cluster.spec.paused = Some(false);
+        assert!(paused_reasons(Some(&cluster), &plain, "X").is_empty());
+    }
+
+    #[test]
+    fn managed_by_and_watch_filter() {
+        assert!(is_externally_managed(&meta_with(
+            &[(MANAGED_BY_ANNOTATION, "")],
+            &[]
+        )));
+        assert!(!is_externally_managed(&meta_with(&[], &[])));
+        let labels =
+            BTreeMap::from([(crate::capi::WATCH_FILTER_LABEL.to_string(), "a".to_string())]);
+        assert!(matches_watch_filter(&labels, None));
+        assert!(matches_watch_filter(&labels, Some("a")));
+        assert!(!matches_watch_filter(&labels, Some("b")));
+        assert!(!matches_watch_filter(&BTreeMap::new(), Some("a")));
+    }
+}

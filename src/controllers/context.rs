@@ -1,0 +1,81 @@
+//! What every reconcile shares: clients, settings, metrics, backoff and in-flight work.
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use kube::Client;
+
+use super::{backoff::Backoff, bootstrap_tasks::BootstrapTasks};
+use crate::{
+    docker::{ContainerRuntime, NodePrivilege},
+    telemetry::Metrics,
+};
+
+/// Settings the controllers act on (from the manager's flags).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Default LB image (`repository/haproxy:tag`), overridable per DockerCluster.
+    pub lb_image: String,
+    pub node_privilege: NodePrivilege,
+    /// Default bootstrap timeout, overridable per DockerMachine.
+    pub bootstrap_timeout: Duration,
+    /// Docker network every container joins (created if missing).
+    pub network: String,
+    /// Extra labels on every container and network (e.g. a test-run id).
+    pub extra_labels: BTreeMap<String, String>,
+    /// Requeue period of healthy objects.
+    pub resync: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            lb_image: "kindest/haproxy:v20230606-42a2262b".into(),
+            node_privilege: NodePrivilege::Privileged,
+            bootstrap_timeout: crate::api::DEFAULT_BOOTSTRAP_TIMEOUT,
+            network: "kind".into(),
+            extra_labels: BTreeMap::new(),
+            resync: Duration::from_secs(600),
+        }
+    }
+}
+
+pub struct Context {
+    pub client: Client,
+    pub runtime: Arc<dyn ContainerRuntime>,
+    pub settings: Settings,
+    pub metrics: Arc<Metrics>,
+    pub backoff: Backoff,
+    pub bootstraps: BootstrapTasks,
+    /// One lock per cluster around haproxy.cfg rewrites, so two machines never interleave them.
+    lb_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        runtime: Arc<dyn ContainerRuntime>,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            client,
+            runtime,
+            settings,
+            metrics,
+            backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(120)),
+            bootstraps: BootstrapTasks::default(),
+            lb_locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn lb_lock(&self, namespace: &str, cluster: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.lb_locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks
+            .entry(format!("{namespace}/{cluster}"))
+            .or_default()
+            .clone()
+    }
+}

@@ -1,0 +1,211 @@
+//! The cluster's HAProxy load balancer, shared by both controllers: its backends are always
+//! recomputed from the running control-plane containers, and haproxy.cfg is rewritten and
+//! reloaded only when the rendered text differs from what is in the container.
+use std::collections::BTreeMap;
+
+use tracing::{debug, info};
+
+use super::{
+    context::Context,
+    error::{Error, Result},
+};
+use crate::docker::{
+    haproxy::{self, Backend, HaproxyConfig},
+    labels, naming,
+};
+
+/// Port the API servers listen on inside node containers.
+pub const BACKEND_PORT: u16 = 6443;
+/// Frontend port when the DockerCluster does not set one.
+pub const DEFAULT_FRONTEND_PORT: u16 = 6443;
+
+/// What a backend sync found and did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// No LB container (fine while deleting).
+    NoLoadBalancer,
+    /// The LB exists but is not running; nothing written.
+    NotRunning,
+    Unchanged,
+    Reloaded {
+        backends: usize,
+    },
+}
+
+/// Which cluster's LB to sync, and how.
+pub struct LbTarget<'a> {
+    pub cluster: &'a str,
+    pub namespace: &'a str,
+    pub frontend_port: u16,
+    pub ipv6: bool,
+    /// A complete haproxy.cfg from `customHAProxyConfigTemplateRef`, used verbatim.
+    pub custom_config: Option<&'a str>,
+}
+
+/// Pure: the haproxy.cfg for the given running control-plane containers (name -> address),
+/// leaving out `drain` when other backends remain.
+pub fn desired_config(
+    target: &LbTarget<'_>,
+    servers: BTreeMap<String, String>,
+    drain: Option<&str>,
+) -> String {
+    if let Some(custom) = target.custom_config {
+        return custom.to_string();
+    }
+    let others_remain = servers.keys().any(|n| Some(n.as_str()) != drain);
+    let servers = servers
+        .into_iter()
+        .filter(|(name, _)| !(others_remain && Some(name.as_str()) == drain))
+        .map(|(name, address)| {
+            (
+                name,
+                Backend {
+                    address,
+                    weight: 100,
+                },
+            )
+        })
+        .collect();
+    haproxy::render(&HaproxyConfig {
+        frontend_port: target.frontend_port,
+        backend_port: BACKEND_PORT,
+        servers,
+        ipv6: target.ipv6,
+    })
+}
+
+/// Recompute the backends from running control-plane containers (minus `exclude`, which is
+/// being removed, and `drain`, which is leaving) and reload HAProxy if the config changed.
+pub async fn sync_backends(
+    ctx: &Context,
+    target: &LbTarget<'_>,
+    exclude: Option<&str>,
+    drain: Option<&str>,
+) -> Result<SyncOutcome> {
+    let lock = ctx.lb_lock(target.namespace, target.cluster);
+    let _guard = lock.lock().await;
+    let rt = &ctx.runtime;
+    let lb_name = naming::load_balancer_name(target.cluster);
+    let Some(lb) = rt.inspect(&lb_name).await? else {
+        return Ok(SyncOutcome::NoLoadBalancer);
+    };
+    if !labels::belongs_to_cluster(&lb.labels, target.cluster, target.namespace) {
+        // Not our cluster's LB (same name, other namespace): never write into it.
+        return Ok(SyncOutcome::NoLoadBalancer);
+    }
+    if !lb.is_running() {
+        return Ok(SyncOutcome::NotRunning);
+    }
+
+    let selector =
+        labels::cluster_role_selector(target.cluster, target.namespace, labels::ROLE_CONTROL_PLANE);
+    let servers: BTreeMap<String, String> = rt
+        .list(&selector)
+        .await?
+        .into_iter()
+        .filter(|c| c.is_running() && Some(c.name.as_str()) != exclude)
+        .filter_map(|c| {
+            let addr = if target.ipv6 {
+                c.ipv6.clone()
+            } else {
+                c.ipv4.clone()
+            };
+            addr.filter(|a| !a.is_empty()).map(|a| (c.name, a))
+        })
+        .collect();
+    let backends = servers.len();
+    let config = desired_config(target, servers, drain);
+
+    let current = rt
+        .exec(&lb_name, &argv(&["cat", haproxy::CONFIG_PATH]), None)
+        .await?;
+    if current.success() && current.stdout == config.as_bytes() {
+        debug!(lb = %lb_name, "haproxy.cfg unchanged");
+        return Ok(SyncOutcome::Unchanged);
+    }
+    write_config(ctx, &lb_name, &config).await?;
+    rt.kill(&lb_name, "SIGHUP").await?;
+    info!(lb = %lb_name, backends, "haproxy.cfg updated and reloaded");
+    Ok(SyncOutcome::Reloaded { backends })
+}
+
+/// Write haproxy.cfg through exec (stdin), then read it back: a silent partial write would
+/// otherwise reload HAProxy with a broken config.
+async fn write_config(ctx: &Context, lb_name: &str, config: &str) -> Result<()> {
+    let rt = &ctx.runtime;
+    let dir = haproxy::CONFIG_PATH
+        .rsplit_once('/')
+        .map_or("/", |(d, _)| d);
+    let mkdir = rt.exec(lb_name, &argv(&["mkdir", "-p", dir]), None).await?;
+    let write = rt
+        .exec(
+            lb_name,
+            &argv(&["/bin/sh", "-c", "cat > \"$0\"", haproxy::CONFIG_PATH]),
+            Some(config.as_bytes()),
+        )
+        .await?;
+    if !mkdir.success() || !write.success() {
+        return Err(Error::LoadBalancer(format!(
+            "writing {} in {lb_name} failed: {}",
+            haproxy::CONFIG_PATH,
+            String::from_utf8_lossy(&write.stderr).trim()
+        )));
+    }
+    let back = rt
+        .exec(lb_name, &argv(&["cat", haproxy::CONFIG_PATH]), None)
+        .await?;
+    if back.stdout != config.as_bytes() {
+        return Err(Error::LoadBalancer(format!(
+            "{} in {lb_name} differs after writing it",
+            haproxy::CONFIG_PATH
+        )));
+    }
+    Ok(())
+}
+
+pub fn argv(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> LbTarget<'static> {
+        LbTarget {
+            cluster: "c",
+            namespace: "ns",
+            frontend_port: 6443,
+            ipv6: false,
+            custom_config: None,
+        }
+    }
+
+    fn servers(names: &[&str]) -> BTreeMap<String, String> {
+        names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.to_string(), format!("172.18.0.{}", i + 2)))
+            .collect()
+    }
+
+    #[test]
+    fn drained_server_leaves_only_when_others_remain() {
+        let cfg = desired_config(&target(), servers(&["c-cp-a", "c-cp-b"]), Some("c-cp-a"));
+        assert!(!cfg.contains("server c-cp-a ") && cfg.contains("server c-cp-b "));
+        let cfg = desired_config(&target(), servers(&["c-cp-a"]), Some("c-cp-a"));
+        assert!(
+            cfg.contains("server c-cp-a "),
+            "the last backend is kept while draining"
+        );
+    }
+
+    #[test]
+    fn custom_config_is_used_verbatim() {
+        let t = LbTarget {
+            custom_config: Some("global\n"),
+            ..target()
+        };
+        assert_eq!(desired_config(&t, servers(&["x"]), None), "global\n");
+    }
+}

@@ -1,0 +1,122 @@
+//! Watch mappers: which of our objects a change to a related object must reach. Synchronous and
+//! pure (kube-runtime calls them inline), reading only the event and our own object caches.
+use kube::{
+    ResourceExt,
+    runtime::reflector::{ObjectRef, Store},
+};
+
+use crate::{
+    api::{DockerCluster, DockerMachine, GROUP},
+    capi::{CLUSTER_NAME_LABEL, Cluster, Machine},
+};
+
+/// Cluster -> its DockerCluster (through `spec.infrastructureRef`).
+pub fn cluster_to_docker_cluster(cluster: Cluster) -> Option<ObjectRef<DockerCluster>> {
+    let name = cluster
+        .spec
+        .infrastructure_ref
+        .as_ref()?
+        .name_if(GROUP, "DockerCluster")?
+        .to_string();
+    Some(ObjectRef::new(&name).within(&cluster.namespace()?))
+}
+
+/// Machine -> its DockerMachine (through `spec.infrastructureRef`).
+pub fn machine_to_docker_machine(machine: Machine) -> Option<ObjectRef<DockerMachine>> {
+    let name = machine
+        .spec
+        .infrastructure_ref
+        .as_ref()?
+        .name_if(GROUP, "DockerMachine")?
+        .to_string();
+    Some(ObjectRef::new(&name).within(&machine.namespace()?))
+}
+
+/// Every DockerMachine of a cluster (by the cluster-name label CAPI puts on them), from the cache.
+pub fn docker_machines_of_cluster(
+    store: &Store<DockerMachine>,
+    namespace: Option<String>,
+    cluster: Option<String>,
+) -> Vec<ObjectRef<DockerMachine>> {
+    let (Some(ns), Some(cluster)) = (namespace, cluster) else {
+        return Vec::new();
+    };
+    store
+        .state()
+        .iter()
+        .filter(|dm| {
+            dm.namespace().as_deref() == Some(ns.as_str())
+                && dm.labels().get(CLUSTER_NAME_LABEL) == Some(&cluster)
+        })
+        .map(|dm| ObjectRef::from_obj(dm.as_ref()))
+        .collect()
+}
+
+/// Cluster -> its DockerMachines (paused flips, infrastructure provisioned, CP initialized).
+pub fn cluster_to_docker_machines(
+    store: &Store<DockerMachine>,
+    cluster: &Cluster,
+) -> Vec<ObjectRef<DockerMachine>> {
+    docker_machines_of_cluster(store, cluster.namespace(), Some(cluster.name_any()))
+}
+
+/// DockerCluster -> the DockerMachines of the same cluster (endpoint / LB settings changed).
+pub fn docker_cluster_to_docker_machines(
+    store: &Store<DockerMachine>,
+    dc: &DockerCluster,
+) -> Vec<ObjectRef<DockerMachine>> {
+    let cluster = dc
+        .labels()
+        .get(CLUSTER_NAME_LABEL)
+        .cloned()
+        .or_else(|| crate::capi::capi_owner(&dc.metadata, "Cluster").map(|o| o.name.clone()));
+    docker_machines_of_cluster(store, dc.namespace(), cluster)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::{ClusterSpec, ContractRef, MachineSpec};
+
+    fn contract_ref(kind: &str, name: &str) -> Option<ContractRef> {
+        Some(ContractRef {
+            api_group: Some(GROUP.into()),
+            kind: Some(kind.into()),
+            name: Some(name.into()),
+        })
+    }
+
+    #[test]
+    fn cluster_maps_to_its_docker_cluster_only() {
+        let mut c = Cluster::new(
+            "c",
+            ClusterSpec {
+                infrastructure_ref: contract_ref("DockerCluster", "c-dc"),
+                ..Default::default()
+            },
+        );
+        c.metadata.namespace = Some("ns".into());
+        assert_eq!(
+            cluster_to_docker_cluster(c.clone()),
+            Some(ObjectRef::new("c-dc").within("ns"))
+        );
+        c.spec.infrastructure_ref = contract_ref("AWSCluster", "x");
+        assert_eq!(cluster_to_docker_cluster(c), None);
+    }
+
+    #[test]
+    fn machine_maps_to_its_docker_machine() {
+        let mut m = Machine::new(
+            "m",
+            MachineSpec {
+                infrastructure_ref: contract_ref("DockerMachine", "m-dm"),
+                ..Default::default()
+            },
+        );
+        m.metadata.namespace = Some("ns".into());
+        assert_eq!(
+            machine_to_docker_machine(m),
+            Some(ObjectRef::new("m-dm").within("ns"))
+        );
+    }
+}

@@ -1,0 +1,201 @@
+//! The two controllers and how they are wired: watches, concurrency, backoff, metrics, shutdown.
+pub mod backoff;
+pub mod bootstrap_tasks;
+pub mod context;
+pub mod docker_cluster;
+pub mod docker_machine;
+pub mod error;
+pub mod load_balancer;
+pub mod mappers;
+pub mod patch;
+
+use std::{future::Future, sync::Arc, time::Instant};
+
+use futures::{Stream, StreamExt};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    runtime::{
+        Controller,
+        controller::{Action, Config as ControllerConfig},
+        reflector::ObjectRef,
+        watcher::Config as WatcherConfig,
+    },
+};
+use serde::de::DeserializeOwned;
+use tracing::{debug, warn};
+
+pub use context::{Context, Settings};
+use error::{Error, Result};
+
+use crate::{
+    api::{DockerCluster, DockerMachine},
+    capi::{Cluster, Machine, WATCH_FILTER_LABEL},
+};
+
+/// Which objects the manager watches and how many it reconciles at once.
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    /// Watch one namespace only.
+    pub namespace: Option<String>,
+    /// Only objects labelled `cluster.x-k8s.io/watch-filter=<value>`.
+    pub watch_filter: Option<String>,
+    pub cluster_concurrency: u16,
+    pub machine_concurrency: u16,
+}
+
+impl Scope {
+    fn api<K>(&self, client: &Client) -> Api<K>
+    where
+        K: Resource<Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        match &self.namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+
+    fn watcher(&self) -> WatcherConfig {
+        let wc = WatcherConfig::default().any_semantic();
+        match self.watch_filter.as_deref().filter(|f| !f.is_empty()) {
+            Some(v) => wc.labels(&format!("{WATCH_FILTER_LABEL}={v}")),
+            None => wc,
+        }
+    }
+}
+
+/// Docker events that should wake a controller (e.g. a container stopped by hand).
+pub struct DockerTriggers<C, M> {
+    pub clusters: C,
+    pub machines: M,
+}
+
+/// Run both controllers until `shutdown` resolves.
+pub async fn run<S, C, M>(
+    ctx: Arc<Context>,
+    scope: Scope,
+    shutdown: S,
+    triggers: DockerTriggers<C, M>,
+) where
+    S: Future<Output = ()> + Clone + Send + Sync + 'static,
+    C: Stream<Item = ObjectRef<DockerCluster>> + Send + 'static,
+    M: Stream<Item = ObjectRef<DockerMachine>> + Send + 'static,
+{
+    let client = ctx.client.clone();
+    let wc = scope.watcher();
+
+    let clusters = Controller::new(scope.api::<DockerCluster>(&client), wc.clone())
+        .watches(
+            scope.api::<Cluster>(&client),
+            wc.clone(),
+            mappers::cluster_to_docker_cluster,
+        )
+        .reconcile_on(triggers.clusters)
+        .with_config(ControllerConfig::default().concurrency(scope.cluster_concurrency))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(
+            reconcile_cluster,
+            error_policy::<DockerCluster>,
+            ctx.clone(),
+        )
+        .for_each(|r| async move { log_result("DockerCluster", r) });
+
+    let machines = Controller::new(scope.api::<DockerMachine>(&client), wc.clone());
+    let (by_cluster, by_docker_cluster) = (machines.store(), machines.store());
+    let machines = machines
+        .watches(
+            scope.api::<Machine>(&client),
+            wc.clone(),
+            mappers::machine_to_docker_machine,
+        )
+        .watches(scope.api::<Cluster>(&client), wc.clone(), move |c| {
+            mappers::cluster_to_docker_machines(&by_cluster, &c)
+        })
+        .watches(scope.api::<DockerCluster>(&client), wc, move |dc| {
+            mappers::docker_cluster_to_docker_machines(&by_docker_cluster, &dc)
+        })
+        .reconcile_on(triggers.machines)
+        .with_config(ControllerConfig::default().concurrency(scope.machine_concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            reconcile_machine,
+            error_policy::<DockerMachine>,
+            ctx.clone(),
+        )
+        .for_each(|r| async move { log_result("DockerMachine", r) });
+
+    futures::join!(clusters, machines);
+}
+
+fn log_result<T: std::fmt::Debug, E: std::fmt::Display>(kind: &str, r: std::result::Result<T, E>) {
+    match r {
+        Ok(o) => debug!(kind, object = ?o, "reconciled"),
+        Err(e) => debug!(kind, error = %e, "reconcile failed"),
+    }
+}
+
+fn key<K: Resource>(obj: &K) -> String
+where
+    K::DynamicType: Default,
+{
+    format!(
+        "{}/{}/{}",
+        K::kind(&Default::default()),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    )
+}
+
+async fn reconcile_cluster(obj: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Action> {
+    instrumented(
+        obj.clone(),
+        ctx.clone(),
+        docker_cluster::reconcile(obj, ctx),
+    )
+    .await
+}
+
+async fn reconcile_machine(obj: Arc<DockerMachine>, ctx: Arc<Context>) -> Result<Action> {
+    instrumented(
+        obj.clone(),
+        ctx.clone(),
+        docker_machine::reconcile(obj, ctx),
+    )
+    .await
+}
+
+/// Count and time a reconcile, and forget the object's backoff once it succeeds.
+async fn instrumented<K: Resource>(
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    fut: impl Future<Output = Result<Action>>,
+) -> Result<Action>
+where
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&Default::default()).to_string();
+    let start = Instant::now();
+    let result = fut.await;
+    ctx.metrics.observe_reconcile(
+        &kind,
+        start.elapsed(),
+        result.as_ref().err().map(Error::kind),
+    );
+    if result.is_ok() {
+        ctx.backoff.reset(&key(obj.as_ref()));
+    }
+    result
+}
+
+fn error_policy<K: Resource>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action
+where
+    K::DynamicType: Default,
+{
+    let key = key(obj.as_ref());
+    let delay = ctx.backoff.next_delay(&key);
+    warn!(object = %key, %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}

@@ -1,0 +1,187 @@
+//! Labels we put on every container and network, and how ownership is read back from them.
+//!
+//! The `io.x-k8s.kind.*` labels are upstream CAPD's (the CAPI e2e framework and log collectors
+//! look containers up by them). The `capd-rs.x-k8s.io/*` labels are ours: they record the
+//! namespace and the UID of the owning object so that a container with our name but another
+//! owner is never adopted, and two same-named clusters in two namespaces never touch each other.
+use std::collections::BTreeMap;
+
+pub const KIND_CLUSTER: &str = "io.x-k8s.kind.cluster";
+pub const KIND_ROLE: &str = "io.x-k8s.kind.role";
+pub const FAILURE_DOMAIN: &str = "io.x-k8s.cluster.failureDomain";
+
+pub const CLUSTER_NAMESPACE: &str = "capd-rs.x-k8s.io/cluster-namespace";
+pub const OWNER_KIND: &str = "capd-rs.x-k8s.io/owner-kind";
+pub const OWNER_UID: &str = "capd-rs.x-k8s.io/owner-uid";
+pub const OWNER_NAME: &str = "capd-rs.x-k8s.io/owner-name";
+pub const MANAGED_BY: &str = "capd-rs.x-k8s.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "capd-rs";
+
+pub const ROLE_LOAD_BALANCER: &str = "external-load-balancer";
+pub const ROLE_CONTROL_PLANE: &str = "control-plane";
+pub const ROLE_WORKER: &str = "worker";
+
+/// The object a container belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner<'a> {
+    pub cluster_name: &'a str,
+    pub cluster_namespace: &'a str,
+    /// `DockerCluster` or `DockerMachine`.
+    pub kind: &'a str,
+    /// Name of the owning object (for mapping Docker events back to it).
+    pub name: &'a str,
+    pub uid: &'a str,
+}
+
+/// Labels for a container owned by `owner` with the given kind role, plus the manager's extra
+/// labels (e.g. a test-run label), which never override ours.
+pub fn container_labels(
+    owner: &Owner<'_>,
+    role: &str,
+    extra: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut labels = extra.clone();
+    labels.insert(KIND_CLUSTER.into(), owner.cluster_name.into());
+    labels.insert(KIND_ROLE.into(), role.into());
+    labels.insert(CLUSTER_NAMESPACE.into(), owner.cluster_namespace.into());
+    labels.insert(OWNER_KIND.into(), owner.kind.into());
+    labels.insert(OWNER_UID.into(), owner.uid.into());
+    labels.insert(OWNER_NAME.into(), owner.name.into());
+    labels.insert(MANAGED_BY.into(), MANAGED_BY_VALUE.into());
+    labels
+}
+
+/// Selector for every container of one cluster (in one namespace) with the given role.
+pub fn cluster_role_selector(
+    cluster_name: &str,
+    cluster_namespace: &str,
+    role: &str,
+) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (KIND_CLUSTER.to_string(), cluster_name.to_string()),
+        (CLUSTER_NAMESPACE.to_string(), cluster_namespace.to_string()),
+        (KIND_ROLE.to_string(), role.to_string()),
+        (MANAGED_BY.to_string(), MANAGED_BY_VALUE.to_string()),
+    ])
+}
+
+/// Whether a container was created by capd-rs for this cluster (name and namespace).
+pub fn belongs_to_cluster(
+    labels: &BTreeMap<String, String>,
+    cluster_name: &str,
+    cluster_namespace: &str,
+) -> bool {
+    let get = |k: &str| labels.get(k).map(String::as_str);
+    get(MANAGED_BY) == Some(MANAGED_BY_VALUE)
+        && get(KIND_CLUSTER) == Some(cluster_name)
+        && get(CLUSTER_NAMESPACE) == Some(cluster_namespace)
+}
+
+/// How an existing container with the name we want relates to the object that wants it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// Ours: created for this very object (same UID).
+    Ours,
+    /// Created by capd-rs for the same cluster name and namespace but a different object UID
+    /// (for example the object was deleted and re-created, or restored by `clusterctl move`).
+    /// Adopted only when `adopt_same_cluster` is set by the caller's policy.
+    SameClusterOtherUid(String),
+    /// Anything else: another namespace's cluster, another tool, a hand-made container.
+    Foreign(String),
+}
+
+/// Decide whether a container carrying `labels` may be used by `owner`.
+pub fn ownership(labels: &BTreeMap<String, String>, owner: &Owner<'_>) -> Ownership {
+    let get = |k: &str| labels.get(k).map(String::as_str);
+    if get(MANAGED_BY) != Some(MANAGED_BY_VALUE) {
+        return Ownership::Foreign("it was not created by capd-rs".into());
+    }
+    if get(KIND_CLUSTER) != Some(owner.cluster_name)
+        || get(CLUSTER_NAMESPACE) != Some(owner.cluster_namespace)
+    {
+        return Ownership::Foreign(format!(
+            "it belongs to cluster {}/{}",
+            get(CLUSTER_NAMESPACE).unwrap_or("?"),
+            get(KIND_CLUSTER).unwrap_or("?")
+        ));
+    }
+    if get(OWNER_KIND) != Some(owner.kind) {
+        return Ownership::Foreign(format!(
+            "it belongs to a {}",
+            get(OWNER_KIND).unwrap_or("?")
+        ));
+    }
+    match get(OWNER_UID) {
+        Some(uid) if uid == owner.uid => Ownership::Ours,
+        Some(uid) => Ownership::SameClusterOtherUid(uid.to_string()),
+        None => Ownership::Foreign("it has no owner UID label".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> Owner<'static> {
+        Owner {
+            cluster_name: "c1",
+            cluster_namespace: "ns-a",
+            kind: "DockerCluster",
+            name: "c1",
+            uid: "uid-1",
+        }
+    }
+
+    #[test]
+    fn labels_carry_kind_compat_and_ownership() {
+        let extra = BTreeMap::from([("capd-rs.test/run".to_string(), "r1".to_string())]);
+        let l = container_labels(&owner(), ROLE_LOAD_BALANCER, &extra);
+        assert_eq!(l[KIND_CLUSTER], "c1");
+        assert_eq!(l[KIND_ROLE], "external-load-balancer");
+        assert_eq!(l[CLUSTER_NAMESPACE], "ns-a");
+        assert_eq!(l[OWNER_UID], "uid-1");
+        assert_eq!(l["capd-rs.test/run"], "r1");
+    }
+
+    #[test]
+    fn extra_labels_cannot_override_ownership() {
+        let extra = BTreeMap::from([(OWNER_UID.to_string(), "evil".to_string())]);
+        assert_eq!(
+            container_labels(&owner(), ROLE_WORKER, &extra)[OWNER_UID],
+            "uid-1"
+        );
+    }
+
+    #[test]
+    fn ownership_decisions() {
+        let mine = container_labels(&owner(), ROLE_LOAD_BALANCER, &BTreeMap::new());
+        assert_eq!(ownership(&mine, &owner()), Ownership::Ours);
+
+        let other_ns = Owner {
+            cluster_namespace: "ns-b",
+            ..owner()
+        };
+        assert!(
+            matches!(ownership(&mine, &other_ns), Ownership::Foreign(m) if m.contains("ns-a/c1"))
+        );
+
+        let recreated = Owner {
+            uid: "uid-2",
+            ..owner()
+        };
+        assert_eq!(
+            ownership(&mine, &recreated),
+            Ownership::SameClusterOtherUid("uid-1".into())
+        );
+
+        assert!(matches!(
+            ownership(&BTreeMap::new(), &owner()),
+            Ownership::Foreign(_)
+        ));
+        let machine = Owner {
+            kind: "DockerMachine",
+            ..owner()
+        };
+        assert!(matches!(ownership(&mine, &machine), Ownership::Foreign(_)));
+    }
+}

@@ -1,0 +1,13 @@
+//! Everything that talks to (or describes things for) the Docker Engine.
+//!
+//! Only [`engine`] knows about bollard; the controllers see the [`ContainerRuntime`] trait, which
+//! lets pure decision code be unit-tested with an in-memory fake.
+pub mod engine;
+pub mod events;
+pub mod haproxy;
+pub mod labels;
+pub mod naming;
+pub mod runtime;
+pub mod specs;
+
+pub use runtime::*;

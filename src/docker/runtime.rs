@@ -1,0 +1,164 @@
+//! The container-runtime port: what the controllers need from a Docker Engine, in our own types.
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+/// Errors from the container runtime, classified so controllers can decide what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The engine could not be reached or answered 5xx: transient, back off and retry.
+    #[error("docker engine unavailable: {0}")]
+    Unavailable(String),
+    /// The object does not exist (404).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A container with this name already exists (409 on create).
+    #[error("name already in use: {0}")]
+    Conflict(String),
+    /// The image is not present locally and could not be pulled; the message is the engine's.
+    #[error("image {image} unavailable: {message}")]
+    Image { image: String, message: String },
+    /// The engine refused the request (4xx other than 404/409); retrying unchanged will not help.
+    #[error("docker engine refused the request: {0}")]
+    Rejected(String),
+}
+
+pub type RuntimeResult<T> = Result<T, RuntimeError>;
+
+/// Lifecycle state of a container as reported by `docker inspect` / `docker ps`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Paused,
+    Restarting,
+    Removing,
+    Exited,
+    Dead,
+    Unknown,
+}
+
+/// What we know about an existing container.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerInfo {
+    pub id: String,
+    /// Name without the leading `/`.
+    pub name: String,
+    pub image: String,
+    pub state: Option<ContainerState>,
+    pub labels: BTreeMap<String, String>,
+    /// IPv4 address on the container's network (the named network if present, else the first one).
+    pub ipv4: Option<String>,
+    pub ipv6: Option<String>,
+    /// Published ports: key like `6443/tcp`, value the host port.
+    pub host_ports: BTreeMap<String, u16>,
+}
+
+impl ContainerInfo {
+    pub fn is_running(&self) -> bool {
+        self.state == Some(ContainerState::Running)
+    }
+}
+
+/// How a node container gets the privileges a kind-style node needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodePrivilege {
+    /// `--privileged`, as upstream CAPD does.
+    Privileged,
+    /// For hosts that refuse `--privileged`: every capability except `drop`, seccomp and apparmor
+    /// unconfined, and the device cgroup rule `a *:* rwm`.
+    AllCapabilities { drop: Vec<String> },
+    /// No extra privileges (the load balancer).
+    None,
+}
+
+/// A port to publish on the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortPublish {
+    /// e.g. `6443/tcp`.
+    pub container_port: String,
+    /// `0.0.0.0`, `::` or `127.0.0.1`.
+    pub host_ip: String,
+    /// `None` lets the engine choose a free port.
+    pub host_port: Option<u16>,
+}
+
+/// Everything needed to create a container. Built by the pure functions in [`super::specs`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContainerSpec {
+    pub name: String,
+    pub hostname: String,
+    pub image: String,
+    pub labels: BTreeMap<String, String>,
+    pub env: Vec<String>,
+    pub entrypoint: Option<Vec<String>>,
+    pub cmd: Option<Vec<String>>,
+    /// Network name to attach to.
+    pub network: String,
+    pub ports: Vec<PortPublish>,
+    /// Mount points for tmpfs (`/tmp`, `/run`).
+    pub tmpfs: Vec<String>,
+    /// Anonymous volumes (`/var`).
+    pub volumes: Vec<String>,
+    /// Bind mounts in docker syntax `host:container[:ro]`.
+    pub binds: Vec<String>,
+    pub privilege: NodePrivilege,
+    pub security_opt: Vec<String>,
+    pub sysctls: BTreeMap<String, String>,
+    pub cgroupns_private: bool,
+    pub tty: bool,
+    /// Restart policy `on-failure` with this many retries; `None` for no restart policy.
+    pub restart_on_failure: Option<i64>,
+}
+
+/// A bridge network the provider attaches containers to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetworkSpec {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Result of running a command inside a container.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExecOutput {
+    pub exit_code: i64,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl ExecOutput {
+    pub fn success(&self) -> bool {
+        self.exit_code == 0
+    }
+}
+
+/// The operations the controllers need from a container engine.
+#[async_trait]
+pub trait ContainerRuntime: Send + Sync {
+    /// Cheap liveness check of the engine.
+    async fn ping(&self) -> RuntimeResult<()>;
+    /// Create the network if no network with exactly this name exists. Serialized internally.
+    async fn ensure_network(&self, spec: &NetworkSpec) -> RuntimeResult<()>;
+    /// Inspect a container by exact name; `Ok(None)` if it does not exist.
+    async fn inspect(&self, name: &str) -> RuntimeResult<Option<ContainerInfo>>;
+    /// All containers (any state) carrying every one of these labels.
+    async fn list(&self, labels: &BTreeMap<String, String>) -> RuntimeResult<Vec<ContainerInfo>>;
+    /// Make sure the image is present locally, pulling only when it is not.
+    async fn ensure_image(&self, image: &str) -> RuntimeResult<()>;
+    /// Create and start a container. On a start failure the container is removed again.
+    /// Returns [`RuntimeError::Conflict`] if the name is taken.
+    async fn create_and_start(&self, spec: &ContainerSpec) -> RuntimeResult<ContainerInfo>;
+    /// Start an existing, stopped container.
+    async fn start(&self, name: &str) -> RuntimeResult<()>;
+    /// Force-remove a container and its anonymous volumes; a missing container is success.
+    async fn remove(&self, name: &str) -> RuntimeResult<()>;
+    /// Run `argv` in the container, feeding `stdin` if given, and collect output and exit code.
+    async fn exec(
+        &self,
+        name: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+    ) -> RuntimeResult<ExecOutput>;
+    /// Send a signal (e.g. `SIGHUP`) to the container's main process.
+    async fn kill(&self, name: &str, signal: &str) -> RuntimeResult<()>;
+}

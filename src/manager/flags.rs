@@ -1,0 +1,203 @@
+//! Command-line flags; each also reads an environment variable (shown in `--help`).
+use std::{collections::BTreeMap, time::Duration};
+
+use clap::{Parser, ValueEnum};
+
+use crate::{
+    api::parse_go_duration,
+    controllers::{Scope, Settings},
+    docker::NodePrivilege,
+    telemetry::LogFormat,
+};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PrivilegeMode {
+    /// `--privileged`, as upstream CAPD.
+    Privileged,
+    /// All capabilities but `--node-cap-drop`, seccomp/apparmor unconfined, all devices: for
+    /// hosts that refuse `--privileged` ("unable to apply caps").
+    AllCapabilities,
+}
+
+/// capd-rs manager: reconciles DockerCluster and DockerMachine objects into containers.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "manager", version, about)]
+pub struct Flags {
+    /// Path to a kubeconfig; in-cluster config (or $KUBECONFIG) when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<String>,
+    /// Watch only this namespace (default: all).
+    #[arg(long, env = "CAPD_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Only reconcile objects labelled cluster.x-k8s.io/watch-filter=<value>.
+    #[arg(long, env = "CAPD_WATCH_FILTER")]
+    pub watch_filter: Option<String>,
+    /// DockerClusters reconciled at once.
+    #[arg(long, env = "CAPD_DOCKER_CLUSTER_CONCURRENCY", default_value_t = 10)]
+    pub docker_cluster_concurrency: u16,
+    /// DockerMachines reconciled at once.
+    #[arg(
+        long,
+        alias = "concurrency",
+        env = "CAPD_DOCKER_MACHINE_CONCURRENCY",
+        default_value_t = 100
+    )]
+    pub docker_machine_concurrency: u16,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "CAPD_HEALTH_ADDR", default_value = "0.0.0.0:9440")]
+    pub health_addr: String,
+    /// Run only while holding a Lease (for more than one replica).
+    #[arg(long, env = "CAPD_LEADER_ELECT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "CAPD_LEADER_ELECT_LEASE_NAME",
+        default_value = "capd-rs-controller-leader-election"
+    )]
+    pub leader_elect_lease_name: String,
+    /// Namespace of the leader-election Lease (default: $POD_NAMESPACE, else "default").
+    #[arg(long, env = "CAPD_LEADER_ELECT_NAMESPACE")]
+    pub leader_elect_namespace: Option<String>,
+    /// Default load-balancer image (per-cluster spec.loadBalancer.imageRepository/imageTag win).
+    #[arg(
+        long,
+        env = "CAPD_LB_IMAGE",
+        default_value = "kindest/haproxy:v20230606-42a2262b"
+    )]
+    pub lb_image: String,
+    /// How node containers get their privileges.
+    #[arg(long, env = "CAPD_NODE_PRIVILEGE", value_enum, default_value_t = PrivilegeMode::Privileged)]
+    pub node_privilege: PrivilegeMode,
+    /// Capabilities left out in all-capabilities mode (comma-separated).
+    #[arg(
+        long,
+        env = "CAPD_NODE_CAP_DROP",
+        value_delimiter = ',',
+        default_value = "SYS_RESOURCE"
+    )]
+    pub node_cap_drop: Vec<String>,
+    /// Default bootstrap timeout (Go duration; spec.bootstrapTimeout wins).
+    #[arg(long, env = "CAPD_BOOTSTRAP_TIMEOUT", default_value = "5m")]
+    pub bootstrap_timeout: String,
+    /// Docker network every container joins (created if missing).
+    #[arg(long, env = "CAPD_DOCKER_NETWORK", default_value = "kind")]
+    pub docker_network: String,
+    /// Docker Engine address (unix:// or tcp://); the local socket when empty.
+    #[arg(long, env = "DOCKER_HOST")]
+    pub docker_host: Option<String>,
+    /// Requeue period of healthy objects (Go duration).
+    #[arg(long, env = "CAPD_RESYNC_PERIOD", default_value = "10m")]
+    pub resync_period: String,
+    /// Extra label key=value on every container and network created (repeatable).
+    #[arg(
+        long = "container-label",
+        env = "CAPD_CONTAINER_LABELS",
+        value_delimiter = ','
+    )]
+    pub container_labels: Vec<String>,
+    /// Log format.
+    #[arg(long, env = "CAPD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log level (RUST_LOG overrides).
+    #[arg(long, env = "CAPD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+}
+
+fn duration(flag: &str, value: &str) -> Result<Duration, String> {
+    parse_go_duration(value)
+        .ok_or_else(|| format!("--{flag}={value:?} is not a duration like 30s, 5m or 1h"))
+}
+
+impl Flags {
+    /// Controller settings, validated.
+    pub fn settings(&self) -> Result<Settings, String> {
+        let mut extra_labels = BTreeMap::new();
+        for l in self.container_labels.iter().filter(|l| !l.is_empty()) {
+            let (k, v) = l
+                .split_once('=')
+                .ok_or_else(|| format!("--container-label={l:?} is not key=value"))?;
+            extra_labels.insert(k.to_string(), v.to_string());
+        }
+        Ok(Settings {
+            lb_image: self.lb_image.clone(),
+            node_privilege: match self.node_privilege {
+                PrivilegeMode::Privileged => NodePrivilege::Privileged,
+                PrivilegeMode::AllCapabilities => NodePrivilege::AllCapabilities {
+                    drop: self
+                        .node_cap_drop
+                        .iter()
+                        .filter(|c| !c.is_empty())
+                        .cloned()
+                        .collect(),
+                },
+            },
+            bootstrap_timeout: duration("bootstrap-timeout", &self.bootstrap_timeout)?,
+            network: self.docker_network.clone(),
+            extra_labels,
+            resync: duration("resync-period", &self.resync_period)?,
+        })
+    }
+
+    pub fn scope(&self) -> Scope {
+        Scope {
+            namespace: self.namespace.clone().filter(|n| !n.is_empty()),
+            watch_filter: self.watch_filter.clone().filter(|f| !f.is_empty()),
+            cluster_concurrency: self.docker_cluster_concurrency,
+            machine_concurrency: self.docker_machine_concurrency,
+        }
+    }
+
+    /// `--leader-elect-namespace`, else `$POD_NAMESPACE`.
+    pub fn resolve_env_fallbacks(mut self) -> Self {
+        if self
+            .leader_elect_namespace
+            .as_deref()
+            .is_none_or(str::is_empty)
+        {
+            self.leader_elect_namespace = std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty());
+        }
+        if self.docker_host.as_deref() == Some("") {
+            self.docker_host = None;
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_flags_into_settings() {
+        let f = Flags::parse_from([
+            "manager",
+            "--node-privilege=all-capabilities",
+            "--container-label=capd-rs.test/run=abc",
+            "--bootstrap-timeout=90s",
+            "--concurrency=7",
+            "--leader-elect",
+        ]);
+        let s = f.settings().unwrap();
+        assert_eq!(
+            s.node_privilege,
+            NodePrivilege::AllCapabilities {
+                drop: vec!["SYS_RESOURCE".into()]
+            }
+        );
+        assert_eq!(s.extra_labels["capd-rs.test/run"], "abc");
+        assert_eq!(s.bootstrap_timeout, Duration::from_secs(90));
+        assert_eq!(f.scope().machine_concurrency, 7);
+        assert!(f.leader_elect);
+    }
+
+    #[test]
+    fn rejects_bad_values_with_the_flag_name() {
+        let f = Flags::parse_from(["manager", "--bootstrap-timeout=soon"]);
+        assert!(f.settings().unwrap_err().contains("--bootstrap-timeout"));
+        let f = Flags::parse_from(["manager", "--container-label=nolabel"]);
+        assert!(f.settings().unwrap_err().contains("key=value"));
+    }
+}

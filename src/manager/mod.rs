@@ -1,0 +1,271 @@
+//! The manager process: flags, start-up order and shutdown. `main.rs` only calls [`run`].
+mod flags;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
+};
+
+pub use flags::Flags;
+use futures::FutureExt;
+use kube::{
+    Api, Client, Config,
+    api::ListParams,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::{
+    api::{DockerCluster, DockerMachine},
+    capi::{Cluster, Machine},
+    controllers::{self, Context, DockerTriggers},
+    docker::{ContainerRuntime, engine::BollardRuntime, events},
+    http::{self, HttpState},
+    telemetry::Metrics,
+};
+
+/// Start-up and run errors of the manager; each ends the process with a message.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error("invalid flag: {0}")]
+    Flag(String),
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
+    #[error("leader election: {0}")]
+    LeaderElection(String),
+    #[error("health/metrics server on {addr}: {source}")]
+    Http {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+pub async fn run(flags: Flags) -> Result<(), ManagerError> {
+    let settings = flags.settings().map_err(ManagerError::Flag)?;
+    let scope = flags.scope();
+    let client = kube_client(&flags).await?;
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(wait_for_signal(shutdown.clone()));
+    let stop = {
+        let token = shutdown.clone();
+        async move { token.cancelled().await }.boxed().shared()
+    };
+
+    // Health and metrics answer from the start; readiness follows the controllers.
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = HttpState {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind(&flags.health_addr)
+        .await
+        .map_err(|source| ManagerError::Http {
+            addr: flags.health_addr.clone(),
+            source,
+        })?;
+    info!(addr = %flags.health_addr, "serving /healthz, /readyz and /metrics");
+    let http_task = tokio::spawn(http::serve_on(listener, state, stop.clone()));
+
+    if flags.leader_elect {
+        let lost = leader_election(&client, &flags, &shutdown).await?;
+        tokio::spawn(lost);
+    }
+    if shutdown.is_cancelled() {
+        return Ok(());
+    }
+
+    let runtime = connect_docker(flags.docker_host.as_deref(), &shutdown).await;
+    let Some(runtime) = runtime else {
+        return Ok(());
+    };
+    let counts = runtime.clone();
+    metrics.set_docker_call_source(Arc::new(move || {
+        counts
+            .call_counts()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+    }));
+    wait_for_crds(&client, &shutdown).await;
+    if shutdown.is_cancelled() {
+        return Ok(());
+    }
+
+    let triggers = events::triggers(&runtime, stop.clone());
+    let runtime: Arc<dyn ContainerRuntime> = runtime;
+    let ctx = Arc::new(Context::new(client, runtime, settings, metrics));
+    ready.store(true, Ordering::Relaxed);
+    info!(?scope, "controllers starting");
+    controllers::run(
+        ctx,
+        scope,
+        stop,
+        DockerTriggers {
+            clusters: triggers.clusters,
+            machines: triggers.machines,
+        },
+    )
+    .await;
+    ready.store(false, Ordering::Relaxed);
+    info!("controllers stopped");
+    shutdown.cancel();
+    let _ = http_task.await;
+    Ok(())
+}
+
+async fn kube_client(flags: &Flags) -> Result<Client, ManagerError> {
+    let config = match &flags.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| ManagerError::Kubeconfig(format!("{path}: {e}")))?;
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| ManagerError::Kubeconfig(format!("{path}: {e}")))?
+        }
+        None => Config::infer()
+            .await
+            .map_err(|e| ManagerError::Kubeconfig(e.to_string()))?,
+    };
+    Client::try_from(config).map_err(|e| ManagerError::Kubeconfig(e.to_string()))
+}
+
+/// SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.
+async fn wait_for_signal(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            error!(error = %e, "cannot listen for SIGTERM");
+            return;
+        }
+    };
+    for n in 0.. {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = tokio::signal::ctrl_c() => {},
+        }
+        if n > 0 {
+            warn!("second signal: exiting now");
+            std::process::exit(1);
+        }
+        info!("shutdown requested; finishing in-flight reconciles");
+        shutdown.cancel();
+    }
+}
+
+/// Connect to the Docker Engine, retrying (with the manager unready) until it answers.
+async fn connect_docker(
+    host: Option<&str>,
+    shutdown: &CancellationToken,
+) -> Option<Arc<BollardRuntime>> {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match BollardRuntime::connect(host).await {
+            Ok(rt) => return Some(Arc::new(rt)),
+            Err(e) => warn!(error = %e, retry_in = ?delay, "Docker Engine not reachable yet"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(delay) => {},
+        }
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Wait until our CRDs and CAPI's Cluster/Machine are served (controllers would spin otherwise).
+async fn wait_for_crds(client: &Client, shutdown: &CancellationToken) {
+    let lp = ListParams::default().limit(1);
+    let (dcs, dms) = (
+        Api::<DockerCluster>::all(client.clone()),
+        Api::<DockerMachine>::all(client.clone()),
+    );
+    let (clusters, machines) = (
+        Api::<Cluster>::all(client.clone()),
+        Api::<Machine>::all(client.clone()),
+    );
+    loop {
+        let checks = futures::join!(
+            dcs.list_metadata(&lp),
+            dms.list_metadata(&lp),
+            clusters.list_metadata(&lp),
+            machines.list_metadata(&lp),
+        );
+        let missing: Vec<String> = [
+            checks.0.err(),
+            checks.1.err(),
+            checks.2.err(),
+            checks.3.err(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|e| e.to_string())
+        .collect();
+        if missing.is_empty() {
+            return;
+        }
+        warn!(errors = ?missing, "waiting for the DockerCluster/DockerMachine and CAPI Cluster/Machine CRDs to be served");
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {},
+        }
+    }
+}
+
+/// Block until this process holds the lease. The returned future ends the process if the
+/// lease is lost (fail-stop: two leaders must never reconcile at once).
+async fn leader_election(
+    client: &Client,
+    flags: &Flags,
+    shutdown: &CancellationToken,
+) -> Result<impl std::future::Future<Output = ()> + use<>, ManagerError> {
+    let namespace = flags
+        .leader_elect_namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let identity = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| format!("capd-rs-{}", std::process::id()));
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(
+        client.clone(),
+        &flags.leader_elect_lease_name,
+    )
+    .with_namespace(&namespace)
+    .with_identity(&identity)
+    .with_duration(15)
+    .with_grace(5)
+    .build()
+    .await
+    .map_err(|e| ManagerError::LeaderElection(e.to_string()))?;
+    let (mut channel, task) = manager.watch().await;
+    info!(lease = %flags.leader_elect_lease_name, %namespace, %identity, "waiting to become leader");
+    while !*channel.borrow_and_update() {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            changed = channel.changed() => if changed.is_err() {
+                return Err(ManagerError::LeaderElection("lease manager stopped".into()));
+            },
+        }
+    }
+    info!("became leader");
+    let shutdown = shutdown.clone();
+    Ok(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                changed = channel.changed() => {
+                    if changed.is_err() || !*channel.borrow_and_update() {
+                        error!("lost the leader lease; exiting");
+                        std::process::exit(1);
+                    }
+                }
+            }
+        }
+        drop(channel);
+        let _ = task.await;
+    })
+}

@@ -1,0 +1,173 @@
+//! Logging setup and the Prometheus metrics the manager exports.
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
+    registry::Registry,
+};
+use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Install the global subscriber. `RUST_LOG` wins over `level` when set.
+pub fn init_logging(format: LogFormat, level: &str) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("capd={level},manager={level},warn")));
+    let registry = tracing_subscriber::registry().with(filter);
+    match format {
+        LogFormat::Json => registry
+            .with(fmt::layer().json().flatten_event(true))
+            .init(),
+        LogFormat::Text => registry.with(fmt::layer()).init(),
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: String,
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DockerCallLabels {
+    operation: String,
+}
+
+/// Reconcile counts, errors by kind, durations, and Docker API calls.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    reconciles: Family<ControllerLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    durations: Family<ControllerLabels, Histogram>,
+    docker_calls: Family<DockerCallLabels, Gauge>,
+    docker_call_source: Mutex<Option<Arc<dyn Fn() -> Vec<(String, u64)> + Send + Sync>>>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("capd");
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        let errors = Family::<ErrorLabels, Counter>::default();
+        let durations = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
+        });
+        let docker_calls = Family::<DockerCallLabels, Gauge>::default();
+        registry.register("reconcile", "Reconciles run", reconciles.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by error kind",
+            errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Reconcile duration",
+            durations.clone(),
+        );
+        registry.register(
+            "docker_api_calls",
+            "Docker Engine API requests made, by operation",
+            docker_calls.clone(),
+        );
+        Self {
+            registry: Mutex::new(registry),
+            reconciles,
+            errors,
+            durations,
+            docker_calls,
+            docker_call_source: Mutex::new(None),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn observe_reconcile(&self, controller: &str, took: Duration, error_kind: Option<&str>) {
+        let labels = ControllerLabels {
+            controller: controller.to_string(),
+        };
+        self.reconciles.get_or_create(&labels).inc();
+        self.durations
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        if let Some(kind) = error_kind {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    controller: controller.to_string(),
+                    kind: kind.to_string(),
+                })
+                .inc();
+        }
+    }
+
+    /// Where the Docker call counts come from (read at scrape time).
+    pub fn set_docker_call_source(
+        &self,
+        source: Arc<dyn Fn() -> Vec<(String, u64)> + Send + Sync>,
+    ) {
+        *self
+            .docker_call_source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(source);
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn render(&self) -> String {
+        let source = self
+            .docker_call_source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(source) = source {
+            for (operation, count) in source() {
+                self.docker_calls
+                    .get_or_create(&DockerCallLabels { operation })
+                    .set(count as i64);
+            }
+        }
+        let mut out = String::new();
+        let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counts_errors_and_docker_calls() {
+        let m = Metrics::default();
+        m.observe_reconcile("DockerMachine", Duration::from_millis(20), None);
+        m.observe_reconcile(
+            "DockerMachine",
+            Duration::from_millis(20),
+            Some("docker_unavailable"),
+        );
+        m.set_docker_call_source(Arc::new(|| vec![("inspect".to_string(), 7)]));
+        let text = m.render();
+        assert!(
+            text.contains(r#"capd_reconcile_total{controller="DockerMachine"} 2"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"capd_reconcile_errors_total{controller="DockerMachine",kind="docker_unavailable"} 1"#), "{text}");
+        assert!(
+            text.contains(r#"capd_docker_api_calls{operation="inspect"} 7"#),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,72 @@
+//! A Unix-socket proxy in front of the real Docker socket that a test can switch off and on,
+//! to make the engine "unavailable" for one manager without touching the shared daemon.
+use std::{
+    path::PathBuf,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+};
+
+use tokio::{
+    net::{UnixListener, UnixStream},
+    task::JoinHandle,
+};
+
+pub struct DockerProxy {
+    pub path: PathBuf,
+    up: Arc<AtomicBool>,
+    connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    accept: JoinHandle<()>,
+}
+
+impl DockerProxy {
+    pub fn start(id: &str) -> Self {
+        let path = std::env::temp_dir().join(format!("capd-rs-docker-{id}.sock"));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).expect("bind proxy socket");
+        let up = Arc::new(AtomicBool::new(true));
+        let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (u, conns) = (up.clone(), connections.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !u.load(Ordering::SeqCst) {
+                    // Down: a connection that is accepted and dropped, like a dead engine.
+                    drop(client);
+                    continue;
+                }
+                let handle = tokio::spawn(async move {
+                    if let Ok(mut upstream) = UnixStream::connect("/var/run/docker.sock").await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+                conns.lock().unwrap().push(handle);
+            }
+        });
+        Self { path, up, connections, accept }
+    }
+
+    pub fn host(&self) -> String {
+        format!("unix://{}", self.path.display())
+    }
+
+    /// Refuse new connections and cut the open ones (kept-alive HTTP connections included).
+    pub fn down(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for c in self.connections.lock().unwrap().drain(..) {
+            c.abort();
+        }
+    }
+
+    pub fn up(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for DockerProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.down();
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

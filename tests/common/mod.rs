@@ -1,0 +1,454 @@
+//! Shared harness of the integration tests: the real local plane (kube-apiserver + etcd started
+//! by `hack/plane.sh up`), the real Docker Engine, and the real manager binary as a child process.
+//!
+//! Every test gets a unique id. Its objects carry `cluster.x-k8s.io/watch-filter=<id>` (its
+//! manager only sees them), its containers and network carry `capd-rs.test/run=<id>`, and cleanup
+//! removes exactly what carries that label.
+#![allow(dead_code)]
+
+pub mod docker_proxy;
+
+use std::{
+    collections::BTreeMap,
+    future::Future,
+    net::TcpListener,
+    path::PathBuf,
+    process::{Child, Command, Stdio},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use capd::{
+    api::{DockerCluster, DockerMachine},
+    docker::{ContainerInfo, ContainerRuntime, engine::BollardRuntime},
+};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::{
+    Api, Client, Config, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use serde_json::{Value, json};
+
+pub const TEST_LABEL: &str = "capd-rs.test/run";
+pub const NODE_IMAGE: &str = "capd-rs/node:light";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The plane's kubeconfig: `$CAPD_RS_KUBECONFIG`, else where `hack/plane.sh up` writes it.
+pub fn kubeconfig_path() -> PathBuf {
+    if let Ok(p) = std::env::var("CAPD_RS_KUBECONFIG") {
+        return p.into();
+    }
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    PathBuf::from(home).join(".cache/capd-rs/plane/kubeconfig")
+}
+
+/// A client for the local plane. Panics (the test fails, never skips) when it is not up.
+pub async fn client() -> Client {
+    let path = kubeconfig_path();
+    let kc = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("local plane not set up ({}: {e}); run `hack/plane.sh up` first", path.display()));
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
+    let client = Client::try_from(config).expect("client");
+    client.apiserver_version().await.unwrap_or_else(|e| panic!("local plane API server not answering: {e}; run `hack/plane.sh up`"));
+    client
+}
+
+pub async fn docker() -> BollardRuntime {
+    BollardRuntime::connect(None).await.expect("Docker Engine not reachable; run `hack/docker-engine.sh`")
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Everything one test owns.
+pub struct TestEnv {
+    pub id: String,
+    pub client: Client,
+    pub docker: BollardRuntime,
+    pub network: String,
+    pub manager: Option<Manager>,
+}
+
+/// The manager binary running as a child process for one test.
+pub struct Manager {
+    pub child: Child,
+    pub health_port: u16,
+    pub log: PathBuf,
+}
+
+impl Manager {
+    /// SIGKILL: no graceful shutdown (for restart tests).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        for _ in 0..100 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.kill();
+        None
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl TestEnv {
+    pub async fn new(name: &str) -> Self {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        // Short: it goes into container names.
+        let id = format!("{}{}{}", &name[..name.len().min(6)], std::process::id() % 10000, n);
+        let env = Self {
+            id: id.clone(),
+            client: client().await,
+            docker: docker().await,
+            network: format!("capd-rs-test-{id}"),
+            manager: None,
+        };
+        env.cleanup_docker().await;
+        env
+    }
+
+    /// Start the manager for this test (watch filter = test id, test label on containers).
+    pub fn start_manager(&mut self, extra_args: &[&str], docker_host: Option<&str>) {
+        let port = free_port();
+        let log = std::env::temp_dir().join(format!("capd-rs-manager-{}.log", self.id));
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_manager"));
+        cmd.arg(format!("--kubeconfig={}", kubeconfig_path().display()))
+            .arg(format!("--watch-filter={}", self.id))
+            .arg(format!("--health-addr=127.0.0.1:{port}"))
+            .arg(format!("--docker-network={}", self.network))
+            .arg(format!("--container-label={TEST_LABEL}={}", self.id))
+            .arg("--node-privilege=all-capabilities")
+            .arg("--log-level=debug")
+            .args(extra_args)
+            .env_remove("KUBECONFIG")
+            .env_remove("DOCKER_HOST")
+            .stdout(Stdio::from(file.try_clone().unwrap()))
+            .stderr(Stdio::from(file));
+        if let Some(host) = docker_host {
+            cmd.env("DOCKER_HOST", host);
+        }
+        let child = cmd.spawn().expect("start manager");
+        self.manager = Some(Manager { child, health_port: port, log });
+    }
+
+    pub fn manager_logs(&self) -> String {
+        self.manager.as_ref().map(Manager::logs).unwrap_or_default()
+    }
+
+    /// Remove every container and network carrying this test's label.
+    pub async fn cleanup_docker(&self) {
+        let selector = BTreeMap::from([(TEST_LABEL.to_string(), self.id.clone())]);
+        for c in self.docker.list(&selector).await.unwrap_or_default() {
+            let _ = self.docker.remove(&c.name).await;
+        }
+        let _ = Command::new("docker")
+            .args(["network", "ls", "-q", "--filter", &format!("label={TEST_LABEL}={}", self.id)])
+            .output()
+            .map(|o| {
+                for id in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    let _ = Command::new("docker").args(["network", "rm", id]).output();
+                }
+            });
+    }
+
+    /// Run the test body, then always clean up (containers, network, manager), then report.
+    pub async fn run<F, Fut>(mut self, body: F)
+    where
+        F: FnOnce(TestEnvRef) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let r = TestEnvRef {
+            id: self.id.clone(),
+            client: self.client.clone(),
+            network: self.network.clone(),
+            health_port: self.manager.as_ref().map_or(0, |m| m.health_port),
+        };
+        let result = tokio::spawn(body(r)).await;
+        let logs = self.manager_logs();
+        if let Some(m) = self.manager.as_mut() {
+            m.terminate();
+        }
+        self.cleanup_docker().await;
+        if let Err(e) = result {
+            eprintln!("---- manager log ({}) ----\n{}", self.id, tail(&logs, 150));
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+}
+
+/// What a test body gets (cheap to clone, `Send`).
+#[derive(Clone)]
+pub struct TestEnvRef {
+    pub id: String,
+    pub client: Client,
+    pub network: String,
+    /// Port of the manager's /healthz, /readyz and /metrics (0 without a manager).
+    pub health_port: u16,
+}
+
+fn tail(s: &str, lines: usize) -> String {
+    let all: Vec<&str> = s.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Poll `f` until it returns `Some`, or fail with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Assert that `f` stays `false` for `period`.
+pub async fn never<F, Fut>(period: Duration, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < period {
+        assert!(!f().await, "{what}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+pub fn capi(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind))
+}
+
+impl TestEnvRef {
+    /// Total reconciles the manager has run, from its /metrics.
+    pub async fn reconciles(&self) -> u64 {
+        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.health_port))
+            .await
+            .expect("metrics endpoint")
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("capd_reconcile_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    pub fn manager_log(&self) -> String {
+        std::fs::read_to_string(std::env::temp_dir().join(format!("capd-rs-manager-{}.log", self.id))).unwrap_or_default()
+    }
+
+    pub async fn namespace(&self, suffix: &str) -> String {
+        let name = format!("{}-{suffix}", self.id);
+        let ns: Value = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &serde_json::from_value(ns).unwrap())
+            .await
+            .expect("create namespace");
+        name
+    }
+
+    fn filter_labels(&self, extra: Value) -> Value {
+        let mut labels = json!({ "cluster.x-k8s.io/watch-filter": self.id });
+        if let (Some(l), Some(e)) = (labels.as_object_mut(), extra.as_object()) {
+            l.extend(e.clone());
+        }
+        labels
+    }
+
+    /// A CAPI Cluster pointing at a DockerCluster of the same name.
+    pub async fn create_cluster(&self, ns: &str, name: &str, paused: bool) -> DynamicObject {
+        let obj = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": ns, "labels": self.filter_labels(json!({}))},
+            "spec": {
+                "paused": paused,
+                "clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}, "services": {"cidrBlocks": ["10.128.0.0/12"]}},
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": name}
+            }
+        });
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi("Cluster"));
+        api.create(&PostParams::default(), &serde_json::from_value(obj).unwrap()).await.expect("create Cluster")
+    }
+
+    /// A DockerCluster owned by `cluster`, as CAPI core would set it up (owner ref + label).
+    pub async fn create_docker_cluster(&self, ns: &str, cluster: &DynamicObject, extra: Value) -> DockerCluster {
+        let name = cluster.name_any();
+        let mut obj = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerCluster",
+            "metadata": {
+                "name": name, "namespace": ns,
+                "labels": self.filter_labels(json!({"cluster.x-k8s.io/cluster-name": name})),
+                "ownerReferences": [owner_ref(cluster, "Cluster")]
+            },
+            "spec": {}
+        });
+        merge(&mut obj, extra);
+        Api::<DockerCluster>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &serde_json::from_value(obj).unwrap())
+            .await
+            .expect("create DockerCluster")
+    }
+
+    /// Play CAPI core: mark the Cluster's infrastructure provisioned.
+    pub async fn mark_infrastructure_provisioned(&self, ns: &str, cluster: &str) {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi("Cluster"));
+        let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
+        api.patch_status(cluster, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch Cluster status");
+    }
+
+    pub async fn set_cluster_paused(&self, ns: &str, cluster: &str, paused: bool) {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi("Cluster"));
+        api.patch(cluster, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"paused": paused}})))
+            .await
+            .expect("patch Cluster paused");
+    }
+
+    /// A bootstrap data Secret (`value` and, when given, `format`).
+    pub async fn create_secret(&self, ns: &str, name: &str, value: Option<&str>, format: Option<&str>) {
+        let mut data = serde_json::Map::new();
+        if let Some(v) = value {
+            data.insert("value".into(), json!(v));
+        }
+        if let Some(f) = format {
+            data.insert("format".into(), json!(f));
+        }
+        let obj = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns,
+            "labels": {"cluster.x-k8s.io/cluster-name": "x"}}, "type": "cluster.x-k8s.io/secret", "stringData": data});
+        Api::<Secret>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &serde_json::from_value(obj).unwrap())
+            .await
+            .expect("create Secret");
+    }
+
+    /// A Machine and its DockerMachine (owner ref + labels as CAPI would set them).
+    pub async fn create_machine(
+        &self,
+        ns: &str,
+        cluster: &str,
+        name: &str,
+        control_plane: bool,
+        data_secret: Option<&str>,
+        dm_spec: Value,
+    ) -> (DynamicObject, DockerMachine) {
+        let mut labels = json!({"cluster.x-k8s.io/cluster-name": cluster});
+        if control_plane {
+            labels["cluster.x-k8s.io/control-plane"] = json!("");
+        }
+        let mut bootstrap = json!({"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": name}});
+        if let Some(s) = data_secret {
+            bootstrap = json!({"dataSecretName": s});
+        }
+        let machine = json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": name, "namespace": ns, "labels": self.filter_labels(labels.clone())},
+            "spec": {
+                "clusterName": cluster, "version": "v1.35.0", "bootstrap": bootstrap,
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": name}
+            }
+        });
+        let mapi: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi("Machine"));
+        let machine = mapi.create(&PostParams::default(), &serde_json::from_value(machine).unwrap()).await.expect("create Machine");
+        let dm = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
+            "metadata": {"name": name, "namespace": ns, "labels": self.filter_labels(labels),
+                         "ownerReferences": [owner_ref(&machine, "Machine")]},
+            "spec": dm_spec
+        });
+        let dm = Api::<DockerMachine>::namespaced(self.client.clone(), ns)
+            .create(&PostParams::default(), &serde_json::from_value(dm).unwrap())
+            .await
+            .expect("create DockerMachine");
+        (machine, dm)
+    }
+
+    pub async fn set_machine_secret(&self, ns: &str, machine: &str, secret: &str) {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi("Machine"));
+        api.patch(machine, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"bootstrap": {"dataSecretName": secret}}})))
+            .await
+            .expect("patch Machine");
+    }
+
+    pub async fn docker_cluster(&self, ns: &str, name: &str) -> Option<DockerCluster> {
+        Api::<DockerCluster>::namespaced(self.client.clone(), ns).get_opt(name).await.expect("get DockerCluster")
+    }
+
+    pub async fn docker_machine(&self, ns: &str, name: &str) -> Option<DockerMachine> {
+        Api::<DockerMachine>::namespaced(self.client.clone(), ns).get_opt(name).await.expect("get DockerMachine")
+    }
+
+    pub async fn delete<K>(&self, api: Api<K>, name: &str)
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+
+    pub async fn delete_capi(&self, ns: &str, kind: &str, name: &str) {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi(kind));
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+}
+
+pub fn owner_ref(owner: &DynamicObject, kind: &str) -> Value {
+    json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind, "name": owner.name_any(), "uid": owner.uid().unwrap()})
+}
+
+fn merge(base: &mut Value, extra: Value) {
+    match (base, extra) {
+        (Value::Object(b), Value::Object(e)) => {
+            for (k, v) in e {
+                merge(b.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (b, e) => *b = e,
+    }
+}
+
+/// The status and reason of a condition on an object's status.
+pub fn condition<'a>(conditions: Option<&'a Vec<capd::api::conditions::Condition>>, type_: &str) -> Option<&'a capd::api::conditions::Condition> {
+    conditions.and_then(|cs| cs.iter().find(|c| c.type_ == type_))
+}
+
+pub fn is_true(conditions: Option<&Vec<capd::api::conditions::Condition>>, type_: &str) -> bool {
+    condition(conditions, type_).is_some_and(|c| c.status == capd::api::conditions::ConditionStatus::True)
+}
+
+/// Run a shell command in a container and return stdout (trimmed).
+pub async fn exec(docker: &BollardRuntime, container: &str, script: &str) -> (i64, String) {
+    let out = docker
+        .exec(container, &["/bin/sh".to_string(), "-c".to_string(), script.to_string()], None)
+        .await
+        .expect("exec");
+    (out.exit_code, String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+pub async fn inspect(docker: &BollardRuntime, name: &str) -> Option<ContainerInfo> {
+    docker.inspect(name).await.expect("inspect")
+}

@@ -1,0 +1,421 @@
+//! Integration tests of the controllers against the real local plane and Docker Engine.
+//! Prerequisite: `hack/plane.sh up` (the README's test command does it). Without the plane these
+//! tests fail; they never skip.
+mod common;
+
+use std::time::Duration;
+
+use capd::{
+    api::{DockerCluster, DockerMachine, conditions::ConditionStatus},
+    docker::{ContainerRuntime, labels},
+};
+use common::*;
+use kube::{Api, ResourceExt, api::{Patch, PatchParams}};
+use serde_json::json;
+
+const LONG: Duration = Duration::from_secs(90);
+const BOOTSTRAP_OK: &str = include_str!("fixtures/bootstrap-ok.yaml");
+
+fn node_spec() -> serde_json::Value {
+    json!({"customImage": NODE_IMAGE})
+}
+
+/// Create Cluster + DockerCluster and wait until the DockerCluster is provisioned; then play CAPI
+/// core and mark the Cluster's infrastructure provisioned. Returns the DockerCluster.
+async fn provisioned_cluster(env: &TestEnvRef, ns: &str, name: &str) -> DockerCluster {
+    let cluster = env.create_cluster(ns, name, false).await;
+    env.create_docker_cluster(ns, &cluster, json!({})).await;
+    let dc = eventually(LONG, "DockerCluster provisioned", || async {
+        env.docker_cluster(ns, name).await.filter(|dc| dc.status.as_ref().and_then(|s| s.initialization.as_ref()).and_then(|i| i.provisioned) == Some(true))
+    })
+    .await;
+    env.mark_infrastructure_provisioned(ns, name).await;
+    dc
+}
+
+async fn haproxy_cfg(lb: &str) -> String {
+    let docker = docker().await;
+    exec(&docker, lb, "cat /usr/local/etc/haproxy/haproxy.cfg").await.1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_and_machines_lifecycle() {
+    let mut env = TestEnv::new("life").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        let lb = format!("{name}-lb");
+        let dc = provisioned_cluster(&env, &ns, &name).await;
+
+        // Finalizer, endpoint, provisioned/ready and conditions on the DockerCluster.
+        assert!(dc.finalizers().contains(&"dockercluster.infrastructure.cluster.x-k8s.io".to_string()));
+        let status = dc.status.clone().unwrap();
+        assert_eq!(status.ready, Some(true));
+        assert!(is_true(status.conditions.as_ref(), "LoadBalancerAvailable"));
+        assert!(is_true(status.conditions.as_ref(), "Ready"));
+        assert_eq!(condition(status.conditions.as_ref(), "Paused").unwrap().status, ConditionStatus::False);
+
+        // A running LB container with our labels, whose address is the endpoint.
+        let lb_info = inspect(&docker, &lb).await.expect("LB container exists");
+        assert!(lb_info.is_running());
+        assert_eq!(lb_info.labels[labels::KIND_CLUSTER], name);
+        assert_eq!(lb_info.labels[labels::KIND_ROLE], "external-load-balancer");
+        assert_eq!(lb_info.labels[labels::CLUSTER_NAMESPACE], ns);
+        assert_eq!(lb_info.labels[labels::OWNER_UID], dc.uid().unwrap());
+        assert_eq!(lb_info.labels[TEST_LABEL], env.id);
+        let endpoint = dc.spec.control_plane_endpoint.clone().expect("endpoint set");
+        assert_eq!(endpoint.host.as_deref(), lb_info.ipv4.as_deref());
+        assert_eq!(endpoint.port, Some(6443));
+
+        // HAProxy answers on the published ports: the API frontend and the stats page.
+        let api_port = lb_info.host_ports["6443/tcp"];
+        tokio::net::TcpStream::connect(("127.0.0.1", api_port)).await.expect("HAProxy accepts on the published API port");
+        let stats_port = lb_info.host_ports["8404/tcp"];
+        let stats = reqwest::get(format!("http://127.0.0.1:{stats_port}/stats")).await.expect("stats answer");
+        assert_eq!(stats.status(), 200);
+        assert!(stats.text().await.unwrap().contains("kube-apiservers"));
+
+        // A control-plane and a worker machine with bootstrap data.
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
+        env.create_machine(&ns, &name, &format!("{name}-cp-0"), true, Some("boot"), node_spec()).await;
+        env.create_machine(&ns, &name, "worker-0", false, Some("boot"), node_spec()).await;
+        let cp = format!("{name}-cp-0");
+        let worker = format!("{name}-worker-0"); // machine name does not start with the cluster name
+
+        for (dm_name, container) in [(cp.clone(), cp.clone()), ("worker-0".to_string(), worker.clone())] {
+            let dm = eventually(LONG, &format!("{dm_name} provisioned"), || async {
+                env.docker_machine(&ns, &dm_name).await.filter(|dm| dm.spec.provider_id.is_some())
+            })
+            .await;
+            assert_eq!(dm.spec.provider_id.as_deref(), Some(format!("docker:////{container}").as_str()));
+            let st = dm.status.clone().unwrap();
+            assert_eq!(st.initialization.and_then(|i| i.provisioned), Some(true));
+            assert!(is_true(st.conditions.as_ref(), "ContainerProvisioned"));
+            assert!(is_true(st.conditions.as_ref(), "BootstrapExecSucceeded"));
+            assert!(is_true(st.conditions.as_ref(), "Ready"));
+            let info = inspect(&docker, &container).await.expect("node container");
+            let addrs = st.addresses.unwrap();
+            assert_eq!(addrs[0].address, container);
+            assert!(addrs.iter().any(|a| Some(&a.address) == info.ipv4.as_ref()));
+            assert_eq!(info.labels[labels::OWNER_UID], dm.uid().unwrap());
+            assert_eq!(info.labels[TEST_LABEL], env.id);
+            // write_files (plain, base64, gzip+base64) and runcmd really ran inside.
+            assert_eq!(exec(&docker, &container, "cat /etc/capd-test/plain.txt").await.1, "written by write_files");
+            assert_eq!(exec(&docker, &container, "stat -c %a /etc/capd-test/plain.txt").await.1, "640");
+            assert_eq!(exec(&docker, &container, "cat /etc/capd-test/encoded.txt").await.1, "decoded from base64");
+            assert_eq!(exec(&docker, &container, "cat /etc/capd-test/compressed.txt").await.1, "decompressed from gzip base64");
+            assert_eq!(exec(&docker, &container, "cat /etc/capd-test/runcmd.txt").await.1, "ran by runcmd");
+        }
+        assert_eq!(inspect(&docker, &cp).await.unwrap().labels[labels::KIND_ROLE], "control-plane");
+        assert_eq!(inspect(&docker, &worker).await.unwrap().labels[labels::KIND_ROLE], "worker");
+
+        // The control-plane node (only) is an LB backend.
+        let cfg = eventually(LONG, "CP backend in haproxy.cfg", || async {
+            let cfg = haproxy_cfg(&lb).await;
+            cfg.contains(&format!("server {cp} ")).then_some(cfg)
+        })
+        .await;
+        assert!(!cfg.contains(&worker), "workers are not backends:\n{cfg}");
+
+        // Delete the machines: containers gone, backend removed, finalizers gone, objects gone.
+        let dms: Api<DockerMachine> = Api::namespaced(env.client.clone(), &ns);
+        env.delete(dms.clone(), &cp).await;
+        env.delete(dms.clone(), "worker-0").await;
+        eventually(LONG, "DockerMachines gone", || async {
+            (env.docker_machine(&ns, &cp).await.is_none() && env.docker_machine(&ns, "worker-0").await.is_none()).then_some(())
+        })
+        .await;
+        assert!(inspect(&docker, &cp).await.is_none() && inspect(&docker, &worker).await.is_none());
+        assert!(!haproxy_cfg(&lb).await.contains(&format!("server {cp} ")), "backend removed");
+
+        // Delete the cluster: LB gone, object gone.
+        env.delete(Api::<DockerCluster>::namespaced(env.client.clone(), &ns), &name).await;
+        eventually(LONG, "DockerCluster gone", || async { env.docker_cluster(&ns, &name).await.is_none().then_some(()) }).await;
+        assert!(inspect(&docker, &lb).await.is_none());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_objects_are_left_alone_until_resumed() {
+    let mut env = TestEnv::new("pause").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        let cluster = env.create_cluster(&ns, &name, false).await;
+        // Paused by annotation: a Paused condition and no container.
+        env.create_docker_cluster(&ns, &cluster, json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}})).await;
+        let dc = eventually(LONG, "Paused condition", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| is_true(dc.status.as_ref().and_then(|s| s.conditions.as_ref()), "Paused"))
+        })
+        .await;
+        let paused = condition(dc.status.as_ref().unwrap().conditions.as_ref(), "Paused").unwrap();
+        assert_eq!(paused.reason, "Paused");
+        assert!(paused.message.contains("annotation"), "{}", paused.message);
+        never(Duration::from_secs(3), "no LB while paused", || async { inspect(&docker, &format!("{name}-lb")).await.is_some() }).await;
+
+        // Resume: the LB appears.
+        let api: Api<DockerCluster> = Api::namespaced(env.client.clone(), &ns);
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": null}}})))
+            .await
+            .unwrap();
+        eventually(LONG, "LB after resume", || async { inspect(&docker, &format!("{name}-lb")).await }).await;
+        env.mark_infrastructure_provisioned(&ns, &name).await;
+
+        // Paused through Cluster.spec.paused: the machine waits with a Paused condition.
+        env.set_cluster_paused(&ns, &name, true).await;
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
+        env.create_machine(&ns, &name, &format!("{name}-w"), false, Some("boot"), node_spec()).await;
+        let dm = eventually(LONG, "machine Paused condition", || async {
+            env.docker_machine(&ns, &format!("{name}-w")).await.filter(|dm| is_true(dm.status.as_ref().and_then(|s| s.conditions.as_ref()), "Paused"))
+        })
+        .await;
+        assert!(condition(dm.status.as_ref().unwrap().conditions.as_ref(), "Paused").unwrap().message.contains("spec.paused"));
+        never(Duration::from_secs(3), "no node container while paused", || async { inspect(&docker, &format!("{name}-w")).await.is_some() }).await;
+
+        // Unpausing the Cluster reaches the DockerMachine through the Cluster watch.
+        env.set_cluster_paused(&ns, &name, false).await;
+        eventually(LONG, "machine provisioned after resume", || async {
+            env.docker_machine(&ns, &format!("{name}-w")).await.filter(|dm| dm.spec.provider_id.is_some())
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_and_invalid_bootstrap_data_give_conditions() {
+    let mut env = TestEnv::new("fail").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        provisioned_cluster(&env, &ns, &name).await;
+
+        let failing = "#cloud-config\nruncmd:\n- echo before\n- echo 'token abcdef.0123456789abcdef' >&2; exit 3\n- touch /never\n";
+        env.create_secret(&ns, "failing", Some(failing), None).await;
+        env.create_secret(&ns, "novalue", None, None).await;
+        env.create_secret(&ns, "badformat", Some("x"), Some("cloud-init-v9")).await;
+        env.create_secret(&ns, "garbage", Some("#cloud-config\nwrite_files: [unclosed\n"), None).await;
+        let cases = [
+            ("m-fail", Some("failing"), "BootstrapFailed", vec!["step 3/4", "exited with code 3"]),
+            ("m-missing", Some("does-not-exist"), "BootstrapDataNotFound", vec!["not found"]),
+            ("m-novalue", Some("novalue"), "BootstrapDataInvalid", vec!["has no key \"value\""]),
+            ("m-badformat", Some("badformat"), "BootstrapDataInvalid", vec!["cloud-init-v9"]),
+            ("m-garbage", Some("garbage"), "BootstrapDataInvalid", vec!["YAML"]),
+        ];
+        for (m, secret, _, _) in &cases {
+            env.create_machine(&ns, &name, m, false, *secret, node_spec()).await;
+        }
+        for (m, _, reason, fragments) in &cases {
+            let dm = eventually(LONG, &format!("{m}: BootstrapExecSucceeded reason {reason}"), || async {
+                env.docker_machine(&ns, m).await.filter(|dm| {
+                    condition(dm.status.as_ref().and_then(|s| s.conditions.as_ref()), "BootstrapExecSucceeded").is_some_and(|c| c.reason == *reason)
+                })
+            })
+            .await;
+            let c = condition(dm.status.as_ref().unwrap().conditions.as_ref(), "BootstrapExecSucceeded").unwrap().clone();
+            assert_eq!(c.status, ConditionStatus::False);
+            for f in fragments {
+                assert!(c.message.contains(f), "{m}: {:?} should contain {f:?}", c.message);
+            }
+            assert!(!c.message.contains("0123456789abcdef"), "secrets are redacted: {}", c.message);
+            assert!(dm.spec.provider_id.is_none(), "{m} must not be provisioned");
+            assert!(!is_true(dm.status.as_ref().unwrap().conditions.as_ref(), "Ready"));
+        }
+        // The failing command stopped the run: the step after it never ran.
+        let container = format!("{name}-m-fail");
+        assert_eq!(exec(&docker, &container, "test -e /never; echo $?").await.1, "1");
+        // No retry storm: the failed machine is not reconciled in a loop.
+        let before = env.reconciles().await;
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let after = env.reconciles().await;
+        assert!(after - before < 40, "reconciles in 4s while failed: {}", after - before);
+        assert!(!env.manager_log().contains("0123456789abcdef"), "the bootstrap payload never appears in logs");
+        assert!(!env.manager_log().contains("ran by runcmd"), "bootstrap content never appears in logs");
+
+        // Deleting the failed machines leaves nothing behind.
+        for (m, ..) in &cases {
+            env.delete(Api::<DockerMachine>::namespaced(env.client.clone(), &ns), m).await;
+        }
+        eventually(LONG, "failed machines deleted", || async {
+            let mut all_gone = true;
+            for (m, ..) in &cases {
+                all_gone &= env.docker_machine(&ns, m).await.is_none();
+            }
+            all_gone.then_some(())
+        })
+        .await;
+        for (m, ..) in &cases {
+            assert!(inspect(&docker, &format!("{name}-{m}")).await.is_none());
+        }
+    })
+    .await;
+}
+
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_missing_lb() {
+    let mut env = TestEnv::new("heal").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        let lb = format!("{name}-lb");
+        provisioned_cluster(&env, &ns, &name).await;
+
+        // Stopped by hand: started again (a Docker event triggers the reconcile, no resync wait).
+        assert!(std::process::Command::new("docker").args(["stop", "-t", "1", &lb]).status().unwrap().success());
+        eventually(Duration::from_secs(30), "LB running again", || async {
+            inspect(&docker, &lb).await.filter(|c| c.is_running())
+        })
+        .await;
+
+        // A provisioned node container removed by hand is reported (and not silently recreated).
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
+        env.create_machine(&ns, &name, "w0", false, Some("boot"), node_spec()).await;
+        eventually(LONG, "w0 provisioned", || async { env.docker_machine(&ns, "w0").await.filter(|dm| dm.spec.provider_id.is_some()) }).await;
+        let node = format!("{name}-w0");
+        docker.remove(&node).await.unwrap();
+        let dm = eventually(Duration::from_secs(30), "w0 reports its container gone", || async {
+            env.docker_machine(&ns, "w0").await.filter(|dm| {
+                condition(dm.status.as_ref().and_then(|s| s.conditions.as_ref()), "ContainerProvisioned").is_some_and(|c| c.reason == "NotProvisioned")
+            })
+        })
+        .await;
+        let c = condition(dm.status.as_ref().unwrap().conditions.as_ref(), "ContainerProvisioned").unwrap();
+        assert!(c.message.contains("does not exist anymore"), "{}", c.message);
+        assert!(!is_true(dm.status.as_ref().unwrap().conditions.as_ref(), "Ready"));
+        assert!(inspect(&docker, &node).await.is_none(), "not recreated");
+
+        // Deletion completes with the LB and the node container already gone.
+        docker.remove(&lb).await.unwrap();
+        env.delete(Api::<DockerMachine>::namespaced(env.client.clone(), &ns), "w0").await;
+        env.delete(Api::<DockerCluster>::namespaced(env.client.clone(), &ns), &name).await;
+        eventually(LONG, "objects gone", || async {
+            (env.docker_machine(&ns, "w0").await.is_none() && env.docker_cluster(&ns, &name).await.is_none()).then_some(())
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manager_restart_mid_provisioning_creates_no_duplicates() {
+    let mut env = TestEnv::new("restart").await;
+    env.start_manager(&[], None);
+    let id = env.id.clone();
+    let ns = format!("{id}-a");
+    let name = format!("{id}-c");
+    let client = env.client.clone();
+    let r = TestEnvRef { id: id.clone(), client, network: env.network.clone(), health_port: 0 };
+    let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- sleep 4\n- mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
+
+    r.namespace("a").await;
+    provisioned_cluster(&r, &ns, &name).await;
+    r.create_secret(&ns, "slow", Some(slow), None).await;
+    r.create_machine(&ns, &name, &format!("{name}-cp"), true, Some("slow"), node_spec()).await;
+    let docker = docker().await;
+    eventually(LONG, "bootstrapping", || async {
+        r.docker_machine(&ns, &format!("{name}-cp")).await.filter(|dm| {
+            condition(dm.status.as_ref().and_then(|s| s.conditions.as_ref()), "BootstrapExecSucceeded").is_some_and(|c| c.reason == "Bootstrapping")
+        })
+    })
+    .await;
+    // Kill -9 in the middle of bootstrap, then start a new manager.
+    env.manager.as_mut().unwrap().kill();
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let dm = eventually(LONG, "provisioned after restart", || async {
+            env.docker_machine(&ns, &format!("{name}-cp")).await.filter(|dm| dm.spec.provider_id.is_some())
+        })
+        .await;
+        assert!(is_true(dm.status.as_ref().unwrap().conditions.as_ref(), "Ready"));
+        // Exactly one LB and one node container for this cluster.
+        let all = docker.list(&std::collections::BTreeMap::from([(TEST_LABEL.to_string(), env.id.clone())])).await.unwrap();
+        let names: Vec<_> = all.iter().map(|c| c.name.clone()).collect();
+        assert_eq!(names.iter().filter(|n| **n == format!("{name}-lb")).count(), 1, "{names:?}");
+        assert_eq!(names.iter().filter(|n| **n == format!("{name}-cp")).count(), 1, "{names:?}");
+        assert_eq!(all.len(), 2, "{names:?}");
+        assert!(haproxy_cfg(&format!("{name}-lb")).await.contains(&format!("server {name}-cp ")));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_outage_is_reported_and_recovered_from() {
+    let mut env = TestEnv::new("outage").await;
+    let proxy = common::docker_proxy::DockerProxy::start(&env.id);
+    env.start_manager(&[], Some(&proxy.host()));
+    let r = TestEnvRef { id: env.id.clone(), client: env.client.clone(), network: env.network.clone(), health_port: 0 };
+    let ns = r.namespace("a").await;
+    let name = format!("{}-c", env.id);
+    // Wait for the manager to be ready (it connected through the proxy), then cut the engine off.
+    let port = env.manager.as_ref().unwrap().health_port;
+    eventually(LONG, "manager ready", || async {
+        reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await.ok().filter(|r| r.status() == 200)
+    })
+    .await;
+    proxy.down();
+    let cluster = r.create_cluster(&ns, &name, false).await;
+    r.create_docker_cluster(&ns, &cluster, json!({})).await;
+    env.run(|env| async move {
+        let dc = eventually(LONG, "DockerUnavailable condition", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| {
+                condition(dc.status.as_ref().and_then(|s| s.conditions.as_ref()), "LoadBalancerAvailable").is_some_and(|c| c.reason == "DockerUnavailable")
+            })
+        })
+        .await;
+        assert!(!is_true(dc.status.as_ref().unwrap().conditions.as_ref(), "Ready"));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        proxy.up();
+        eventually(Duration::from_secs(150), "recovered without intervention", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| is_true(dc.status.as_ref().and_then(|s| s.conditions.as_ref()), "LoadBalancerAvailable"))
+        })
+        .await;
+        drop(proxy);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_cluster_name_in_two_namespaces_stays_separate() {
+    let mut env = TestEnv::new("twins").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let (ns_a, ns_b) = (env.namespace("a").await, env.namespace("b").await);
+        let name = format!("{}-c", env.id);
+        let lb = format!("{name}-lb");
+        let dc_a = provisioned_cluster(&env, &ns_a, &name).await;
+        let cluster_b = env.create_cluster(&ns_b, &name, false).await;
+        env.create_docker_cluster(&ns_b, &cluster_b, json!({})).await;
+
+        // B is told why it cannot have the name; A's container is untouched.
+        let dc_b = eventually(LONG, "name conflict reported on B", || async {
+            env.docker_cluster(&ns_b, &name).await.filter(|dc| {
+                condition(dc.status.as_ref().and_then(|s| s.conditions.as_ref()), "LoadBalancerAvailable").is_some_and(|c| c.reason == "ContainerNameConflict")
+            })
+        })
+        .await;
+        let c = condition(dc_b.status.as_ref().unwrap().conditions.as_ref(), "LoadBalancerAvailable").unwrap();
+        assert!(c.message.contains(&ns_a), "{}", c.message);
+        let info = inspect(&docker, &lb).await.unwrap();
+        assert_eq!(info.labels[labels::CLUSTER_NAMESPACE], ns_a);
+        assert_eq!(info.labels[labels::OWNER_UID], dc_a.uid().unwrap());
+        assert!(dc_b.spec.control_plane_endpoint.is_none(), "B never takes A's endpoint");
+
+        // Deleting B never removes A's LB.
+        env.delete(Api::<DockerCluster>::namespaced(env.client.clone(), &ns_b), &name).await;
+        eventually(LONG, "B gone", || async { env.docker_cluster(&ns_b, &name).await.is_none().then_some(()) }).await;
+        let still = inspect(&docker, &lb).await.expect("A's LB survives");
+        assert_eq!(still.id, info.id);
+    })
+    .await;
+}

@@ -1,0 +1,772 @@
+//! Integration tests of `BollardRuntime` against the real Docker Engine at /var/run/docker.sock.
+//!
+//! They fail (never skip) when the engine is unavailable. Every container and network they create
+//! carries `capd-rs.test/run=<run id>`, unique per test and process, and only objects with that
+//! label are ever removed (swept at the start and at the end of each test, even when it fails).
+//! No registry is reachable, so a tiny image is imported from files of the host (see
+//! [`ensure_test_image`]).
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::query_parameters::{
+    CreateImageOptionsBuilder, ListContainersOptionsBuilder, ListNetworksOptionsBuilder,
+    RemoveContainerOptionsBuilder,
+};
+use capd::docker::engine::BollardRuntime;
+use capd::docker::labels::{self, Owner};
+use capd::docker::specs::{NodeParams, node_container_spec};
+use capd::docker::{
+    ContainerRuntime, ContainerSpec, ContainerState, NetworkSpec, NodePrivilege, PortPublish,
+    RuntimeError,
+};
+use futures::StreamExt;
+
+const RUN_LABEL: &str = "capd-rs.test/run";
+const TEST_IMAGE: &str = "capd-rs-test/mini:1";
+/// Files copied from the host into the test image, with the shared libraries they need.
+const TEST_BINARIES: &[&str] = &[
+    "/bin/sh",
+    "/bin/sleep",
+    "/bin/cat",
+    "/bin/mkdir",
+    "/bin/test",
+];
+/// This host refuses `--privileged` (CAP_SYS_RESOURCE is outside its bounding set).
+const HOST_LACKS: &str = "SYS_RESOURCE";
+
+fn run_id(test: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{}-{nanos:x}-{test}", std::process::id())
+}
+
+fn run_labels(id: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(RUN_LABEL.to_string(), id.to_string())])
+}
+
+fn raw_docker() -> Docker {
+    Docker::connect_with_unix("/var/run/docker.sock", 120, bollard::API_DEFAULT_VERSION)
+        .expect("the Docker Engine socket /var/run/docker.sock must exist for these tests")
+}
+
+async fn runtime() -> BollardRuntime {
+    BollardRuntime::connect(None)
+        .await
+        .expect("the Docker Engine must be reachable for these tests")
+}
+
+/// Remove every container and network carrying this run's label, and nothing else.
+async fn sweep(id: &str) {
+    let docker = raw_docker()
+        .negotiate_version()
+        .await
+        .expect("negotiate the API version");
+    let selector = format!("{RUN_LABEL}={id}");
+    let filters = HashMap::from([("label", vec![selector.as_str()])]);
+    let containers = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .expect("list test containers");
+    for c in containers {
+        assert_eq!(
+            c.labels
+                .as_ref()
+                .and_then(|l| l.get(RUN_LABEL))
+                .map(String::as_str),
+            Some(id)
+        );
+        let Some(cid) = c.id else { continue };
+        let _ = docker
+            .remove_container(
+                &cid,
+                Some(
+                    RemoveContainerOptionsBuilder::default()
+                        .force(true)
+                        .v(true)
+                        .build(),
+                ),
+            )
+            .await;
+    }
+    let networks = docker
+        .list_networks(Some(
+            ListNetworksOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .expect("list test networks");
+    for n in networks {
+        assert_eq!(
+            n.labels
+                .as_ref()
+                .and_then(|l| l.get(RUN_LABEL))
+                .map(String::as_str),
+            Some(id)
+        );
+        if let Some(nid) = n.id {
+            let _ = docker.remove_network(&nid).await;
+        }
+    }
+}
+
+/// Run `body` with sweeps before and after; the after-sweep happens even if the body panics.
+async fn with_run<F, Fut>(test: &str, body: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let id = run_id(test);
+    sweep(&id).await;
+    let outcome = tokio::spawn(body(id.clone())).await;
+    sweep(&id).await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+/// The regular file behind `path` (symlinks resolved) and the shared libraries `ldd` lists for it.
+fn files_for(binary: &str) -> Vec<PathBuf> {
+    let mut files = vec![PathBuf::from(binary)];
+    let out = std::process::Command::new("ldd")
+        .arg(binary)
+        .output()
+        .expect("run ldd");
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+        let candidate = line
+            .split("=>")
+            .last()
+            .unwrap_or("")
+            .split_whitespace()
+            .next()
+            .unwrap_or("");
+        if candidate.starts_with('/') {
+            files.push(PathBuf::from(candidate));
+        }
+    }
+    files
+}
+
+fn mini_rootfs_tar() -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for dir in [
+        "bin", "etc", "tmp", "var", "run", "proc", "sys", "dev", "lib", "lib64",
+    ] {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(if dir == "tmp" { 0o1777 } else { 0o755 });
+        h.set_size(0);
+        h.set_cksum();
+        builder
+            .append_data(&mut h, format!("{dir}/"), std::io::empty())
+            .expect("tar dir");
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for binary in TEST_BINARIES {
+        for file in files_for(binary) {
+            if !seen.insert(file.clone()) {
+                continue;
+            }
+            let data =
+                std::fs::read(&file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+            let mut h = tar::Header::new_gnu();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o755);
+            h.set_cksum();
+            let inside = file.strip_prefix("/").unwrap_or(Path::new(""));
+            builder
+                .append_data(&mut h, inside, data.as_slice())
+                .expect("tar file");
+        }
+    }
+    builder.into_inner().expect("finish tar")
+}
+
+static TEST_IMAGE_READY: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// Import `capd-rs-test/mini:1` (a shell, sleep, cat, mkdir and test with their libraries, run as
+/// `sleep infinity`) unless it is already present.
+async fn ensure_test_image() {
+    TEST_IMAGE_READY
+        .get_or_init(|| async {
+            let docker = raw_docker()
+                .negotiate_version()
+                .await
+                .expect("negotiate the API version");
+            if docker.inspect_image(TEST_IMAGE).await.is_ok() {
+                return;
+            }
+            let options = CreateImageOptionsBuilder::default()
+                .from_src("-")
+                .repo("capd-rs-test/mini")
+                .tag("1")
+                .changes(vec![
+                    r#"CMD ["/bin/sleep","infinity"]"#.to_string(),
+                    "LABEL capd-rs.test/image=mini".to_string(),
+                ])
+                .build();
+            let body = bollard::body_full(mini_rootfs_tar().into());
+            let mut progress = docker.create_image(Some(options), Some(body), None);
+            while let Some(item) = progress.next().await {
+                item.expect("import the test image");
+            }
+            docker
+                .inspect_image(TEST_IMAGE)
+                .await
+                .expect("the imported test image");
+        })
+        .await;
+}
+
+fn network_name(id: &str) -> String {
+    format!("capd-rs-test-{id}")
+}
+
+async fn ensure_test_network(rt: &BollardRuntime, id: &str) -> String {
+    let name = network_name(id);
+    rt.ensure_network(&NetworkSpec {
+        name: name.clone(),
+        labels: run_labels(id),
+    })
+    .await
+    .expect("ensure the test network");
+    name
+}
+
+/// A plain container of the test image: no extra privileges, no restart policy.
+fn plain_spec(id: &str, suffix: &str, network: &str, cmd: Option<Vec<String>>) -> ContainerSpec {
+    let name = format!("capd-rs-test-{id}-{suffix}");
+    ContainerSpec {
+        hostname: name.clone(),
+        name,
+        image: TEST_IMAGE.to_string(),
+        labels: run_labels(id),
+        env: vec![],
+        entrypoint: None,
+        cmd,
+        network: network.to_string(),
+        ports: vec![],
+        tmpfs: vec![],
+        volumes: vec![],
+        binds: vec![],
+        privilege: NodePrivilege::None,
+        security_opt: vec![],
+        sysctls: BTreeMap::new(),
+        cgroupns_private: false,
+        tty: false,
+        restart_on_failure: None,
+    }
+}
+
+fn argv(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test]
+async fn engine_is_reachable_and_version_negotiated() {
+    let rt = runtime().await;
+    rt.ping().await.expect("ping");
+    let version = rt.api_version();
+    assert!(version.starts_with("1."), "negotiated version {version}");
+    let counts = rt.call_counts();
+    assert_eq!(counts.get("version"), Some(&1));
+    assert_eq!(counts.get("ping"), Some(&1));
+}
+
+#[tokio::test]
+async fn ensure_network_creates_exactly_one_network() {
+    with_run("net", |id| async move {
+        let rt = runtime().await;
+        let spec = NetworkSpec {
+            name: network_name(&id),
+            labels: run_labels(&id),
+        };
+        // Concurrent and repeated calls: still one network (the engine itself would make two).
+        let (a, b) = tokio::join!(rt.ensure_network(&spec), rt.ensure_network(&spec));
+        a.expect("first ensure_network");
+        b.expect("second ensure_network");
+        rt.ensure_network(&spec)
+            .await
+            .expect("third ensure_network");
+
+        let docker = raw_docker().negotiate_version().await.unwrap();
+        let filters = HashMap::from([("name", vec![spec.name.as_str()])]);
+        let found = docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .unwrap();
+        let exact: Vec<_> = found
+            .iter()
+            .filter(|n| n.name.as_deref() == Some(spec.name.as_str()))
+            .collect();
+        assert_eq!(exact.len(), 1, "networks named {}: {found:?}", spec.name);
+        assert_eq!(exact[0].driver.as_deref(), Some("bridge"));
+        assert_eq!(
+            exact[0].labels.as_ref().and_then(|l| l.get(RUN_LABEL)),
+            Some(&id)
+        );
+
+        // A network whose name merely contains ours is not taken for ours.
+        let longer = NetworkSpec {
+            name: format!("{}-x", spec.name),
+            labels: run_labels(&id),
+        };
+        rt.ensure_network(&longer)
+            .await
+            .expect("ensure the longer-named network");
+        let short = NetworkSpec {
+            name: spec.name[..spec.name.len() - 1].to_string(),
+            labels: run_labels(&id),
+        };
+        rt.ensure_network(&short)
+            .await
+            .expect("ensure a network whose name is a prefix");
+        // Listing by the short name (a substring of the others) finds all three, once each.
+        let short_filter = HashMap::from([("name", vec![short.name.as_str()])]);
+        let found = docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::default()
+                    .filters(&short_filter)
+                    .build(),
+            ))
+            .await
+            .unwrap();
+        for wanted in [&spec.name, &longer.name, &short.name] {
+            let n = found
+                .iter()
+                .filter(|n| n.name.as_deref() == Some(wanted.as_str()))
+                .count();
+            assert_eq!(n, 1, "network {wanted}: {found:?}");
+        }
+        assert_eq!(rt.call_counts().get("network_create"), Some(&3));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn node_container_lifecycle() {
+    ensure_test_image().await;
+    with_run("node", |id| async move {
+        let rt = runtime().await;
+        let network = ensure_test_network(&rt, &id).await;
+        let owner = Owner {
+            cluster_name: "c1",
+            cluster_namespace: "ns",
+            kind: "DockerMachine",
+            name: "m1",
+            uid: "uid-1",
+        };
+        let name = format!("capd-rs-test-{id}-cp");
+        let mut spec = node_container_spec(&NodeParams {
+            name: &name,
+            image: TEST_IMAGE,
+            role: labels::ROLE_CONTROL_PLANE,
+            labels: labels::container_labels(&owner, labels::ROLE_CONTROL_PLANE, &run_labels(&id)),
+            network: &network,
+            extra_mounts: &[],
+            privilege: NodePrivilege::AllCapabilities {
+                drop: vec![HOST_LACKS.to_string()],
+            },
+            ipv6: false,
+            proxy_env: vec![],
+        });
+        // This host has no /lib/modules to bind.
+        spec.binds
+            .retain(|b| !b.starts_with("/lib/modules") || Path::new("/lib/modules").exists());
+
+        rt.ensure_image(TEST_IMAGE)
+            .await
+            .expect("the local test image is present");
+        let info = rt
+            .create_and_start(&spec)
+            .await
+            .expect("create and start the node container");
+        assert_eq!(info.name, name);
+        assert!(info.is_running(), "state {:?}", info.state);
+        assert_eq!(info.labels.get(RUN_LABEL), Some(&id));
+        assert_eq!(
+            info.labels.get(labels::KIND_ROLE).map(String::as_str),
+            Some("control-plane")
+        );
+        assert!(
+            info.ipv4
+                .as_deref()
+                .is_some_and(|ip| ip.parse::<std::net::Ipv4Addr>().is_ok()),
+            "ipv4 {:?}",
+            info.ipv4
+        );
+        let port = *info
+            .host_ports
+            .get("6443/tcp")
+            .expect("6443/tcp is published");
+        assert!(port > 0);
+        assert_eq!(info.image, TEST_IMAGE);
+
+        let again = rt
+            .inspect(&name)
+            .await
+            .expect("inspect")
+            .expect("the container exists");
+        assert_eq!(again, info);
+        let listed = rt.list(&run_labels(&id)).await.expect("list");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].name, name);
+        assert_eq!(listed[0].ipv4, info.ipv4);
+        assert_eq!(listed[0].host_ports.get("6443/tcp"), Some(&port));
+        assert_eq!(listed[0].state, Some(ContainerState::Running));
+        let selector = labels::cluster_role_selector("c1", "ns", labels::ROLE_CONTROL_PLANE);
+        let mut selector_and_run = selector.clone();
+        selector_and_run.extend(run_labels(&id));
+        assert_eq!(
+            rt.list(&selector_and_run)
+                .await
+                .expect("list by role")
+                .len(),
+            1
+        );
+        let mut wrong = selector_and_run.clone();
+        wrong.insert(labels::KIND_ROLE.into(), labels::ROLE_WORKER.into());
+        assert!(
+            rt.list(&wrong)
+                .await
+                .expect("list by other role")
+                .is_empty()
+        );
+
+        // The node options reached the engine.
+        let docker = raw_docker().negotiate_version().await.unwrap();
+        let raw = docker.inspect_container(&name, None).await.unwrap();
+        let host = raw.host_config.unwrap();
+        assert_eq!(host.cap_add, Some(vec!["ALL".to_string()]));
+        assert_eq!(host.cap_drop, Some(vec![HOST_LACKS.to_string()]));
+        assert_eq!(
+            host.device_cgroup_rules,
+            Some(vec!["a *:* rwm".to_string()])
+        );
+        assert_eq!(
+            host.tmpfs
+                .as_ref()
+                .map(|t| t.contains_key("/run") && t.contains_key("/tmp")),
+            Some(true)
+        );
+        assert_eq!(
+            host.restart_policy.and_then(|r| r.maximum_retry_count),
+            Some(1)
+        );
+        assert!(
+            host.security_opt
+                .unwrap_or_default()
+                .contains(&"seccomp=unconfined".to_string())
+        );
+        assert_eq!(
+            raw.config
+                .and_then(|c| c.env)
+                .unwrap_or_default()
+                .iter()
+                .filter(|e| e.starts_with("KUBECONFIG="))
+                .count(),
+            1
+        );
+        assert!(
+            raw.mounts
+                .unwrap_or_default()
+                .iter()
+                .any(|m| m.destination.as_deref() == Some("/var")),
+            "anonymous /var volume"
+        );
+
+        // Same name again: Conflict.
+        match rt.create_and_start(&spec).await {
+            Err(RuntimeError::Conflict(m)) => assert!(m.contains("already in use"), "{m}"),
+            other => panic!("expected Conflict, got {other:?}"),
+        }
+
+        // Exec: exit code, stdout and stderr kept apart.
+        let out = rt
+            .exec(
+                &name,
+                &argv(&["sh", "-c", "echo out; echo err >&2; exit 3"]),
+                None,
+            )
+            .await
+            .expect("exec");
+        assert_eq!(out.exit_code, 3);
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, b"err\n");
+
+        // Exec with stdin: write a file (on the /tmp tmpfs), read it back. Big enough to be split.
+        let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let put = rt
+            .exec(&name, &argv(&["sh", "-c", "cat > /tmp/x"]), Some(&payload))
+            .await
+            .expect("exec with stdin");
+        assert!(put.success(), "write through stdin: {put:?}");
+        let got = rt
+            .exec(&name, &argv(&["cat", "/tmp/x"]), None)
+            .await
+            .expect("read back");
+        assert_eq!(got.exit_code, 0);
+        assert_eq!(got.stdout.len(), payload.len());
+        assert!(got.stdout == payload, "content read back differs");
+        let empty = rt
+            .exec(
+                &name,
+                &argv(&["sh", "-c", "cat > /tmp/empty && test ! -s /tmp/empty"]),
+                Some(b""),
+            )
+            .await
+            .unwrap();
+        assert_eq!(empty.exit_code, 0, "empty stdin: {empty:?}");
+
+        // A command that ignores a large input returns at once, with its own exit code (a
+        // pending stdin write must not hold the call until the engine drops the connection).
+        let big = vec![b'x'; 2_000_000];
+        let started = std::time::Instant::now();
+        let ignored = rt
+            .exec(&name, &argv(&["sh", "-c", "exit 4"]), Some(&big))
+            .await
+            .expect("exec ignoring stdin");
+        assert_eq!(ignored.exit_code, 4);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "took {:?}",
+            started.elapsed()
+        );
+
+        // Exec of a missing program: the engine reports it as a failed exec (exit code 126/127).
+        let missing = rt.exec(&name, &argv(&["/no/such/program"]), None).await;
+        match missing {
+            Ok(o) => assert_ne!(o.exit_code, 0),
+            Err(e) => assert!(!matches!(e, RuntimeError::Unavailable(_)), "{e}"),
+        }
+
+        // Remove twice; then it is gone.
+        rt.remove(&name).await.expect("remove");
+        rt.remove(&name).await.expect("remove again");
+        assert_eq!(rt.inspect(&name).await.expect("inspect after remove"), None);
+
+        let counts = rt.call_counts();
+        assert_eq!(
+            counts.get("image_pull"),
+            None,
+            "a present image is never pulled: {counts:?}"
+        );
+        assert_eq!(counts.get("container_create"), Some(&2));
+        assert!(counts.get("exec_create").copied().unwrap_or(0) >= 5);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn kill_delivers_signals() {
+    ensure_test_image().await;
+    with_run("kill", |id| async move {
+        let rt = runtime().await;
+        let network = ensure_test_network(&rt, &id).await;
+        let script = "trap 'echo reloaded > /tmp/hup' HUP; while true; do sleep 0.2; done";
+        let spec = plain_spec(&id, "sig", &network, Some(argv(&["/bin/sh", "-c", script])));
+        let info = rt.create_and_start(&spec).await.expect("create and start");
+        assert!(info.is_running());
+
+        rt.kill(&spec.name, "SIGHUP").await.expect("send SIGHUP");
+        let mut seen = false;
+        for _ in 0..50 {
+            let out = rt
+                .exec(&spec.name, &argv(&["cat", "/tmp/hup"]), None)
+                .await
+                .expect("exec cat");
+            if out.success() && out.stdout == b"reloaded\n" {
+                seen = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(seen, "the trap for SIGHUP ran");
+
+        rt.kill(&spec.name, "SIGKILL").await.expect("send SIGKILL");
+        let mut state = None;
+        for _ in 0..50 {
+            state = rt
+                .inspect(&spec.name)
+                .await
+                .expect("inspect")
+                .and_then(|i| i.state);
+            if state == Some(ContainerState::Exited) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(state, Some(ContainerState::Exited));
+
+        // A stopped container starts again.
+        rt.start(&spec.name).await.expect("start again");
+        assert!(rt.inspect(&spec.name).await.unwrap().unwrap().is_running());
+
+        match rt
+            .kill(&format!("capd-rs-test-{id}-missing"), "SIGHUP")
+            .await
+        {
+            Err(RuntimeError::NotFound(_)) => {}
+            other => panic!("expected NotFound, got {other:?}"),
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn start_failure_removes_the_container() {
+    ensure_test_image().await;
+    with_run("fail", |id| async move {
+        let rt = runtime().await;
+        let network = ensure_test_network(&rt, &id).await;
+        let spec = plain_spec(&id, "bad", &network, Some(argv(&["/no/such/entrypoint"])));
+        let err = rt
+            .create_and_start(&spec)
+            .await
+            .expect_err("a missing executable cannot start");
+        assert!(
+            err.to_string().contains("no such file") || err.to_string().contains("not found"),
+            "{err}"
+        );
+        assert_eq!(
+            rt.inspect(&spec.name).await.expect("inspect"),
+            None,
+            "the failed container was removed"
+        );
+        assert_eq!(rt.call_counts().get("container_remove"), Some(&1));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn missing_objects() {
+    let rt = runtime().await;
+    let id = run_id("missing");
+    assert_eq!(
+        rt.inspect(&format!("capd-rs-test-{id}-none"))
+            .await
+            .expect("inspect"),
+        None
+    );
+    rt.remove(&format!("capd-rs-test-{id}-none"))
+        .await
+        .expect("removing a missing container is success");
+    // An all-hex name must not resolve to another container by ID prefix.
+    assert_eq!(rt.inspect("0").await.expect("inspect a hex name"), None);
+    rt.remove("0")
+        .await
+        .expect("remove a hex name that no container has");
+    // Nor may a signal, an exec or a start reach another container through an ID prefix.
+    assert!(matches!(
+        rt.kill("0", "SIGHUP").await,
+        Err(RuntimeError::NotFound(_))
+    ));
+    assert!(matches!(
+        rt.start("0").await,
+        Err(RuntimeError::NotFound(_))
+    ));
+    assert!(matches!(
+        rt.exec("0", &argv(&["true"]), None).await,
+        Err(RuntimeError::NotFound(_))
+    ));
+    assert!(rt.list(&run_labels(&id)).await.expect("list").is_empty());
+    assert!(matches!(
+        rt.exec(&format!("capd-rs-test-{id}-none"), &argv(&["true"]), None)
+            .await,
+        Err(RuntimeError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn missing_image_reports_the_engines_pull_error() {
+    let rt = runtime().await;
+    let image = format!("capd-rs-test/absent:{}", run_id("img"));
+    let result = tokio::time::timeout(Duration::from_secs(300), rt.ensure_image(&image))
+        .await
+        .expect("pull gives up in time");
+    match result {
+        Err(RuntimeError::Image { image: i, message }) => {
+            assert_eq!(i, image);
+            assert!(!message.is_empty());
+            // Verbatim: the engine's words, not ours.
+            assert!(!message.starts_with("pull image"), "{message}");
+            eprintln!("engine pull error: {message}");
+        }
+        other => panic!("expected RuntimeError::Image, got {other:?}"),
+    }
+    assert_eq!(rt.call_counts().get("image_pull"), Some(&1));
+}
+
+#[tokio::test]
+async fn connect_to_a_missing_socket_is_unavailable() {
+    match BollardRuntime::connect(Some("unix:///nonexistent/docker.sock")).await {
+        Err(RuntimeError::Unavailable(m)) => assert!(m.contains("/nonexistent/docker.sock"), "{m}"),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(matches!(
+        BollardRuntime::connect(Some("ftp://x")).await,
+        Err(RuntimeError::Rejected(_))
+    ));
+}
+
+#[tokio::test]
+async fn lb_style_container_publishes_both_ports() {
+    ensure_test_image().await;
+    with_run("lb", |id| async move {
+        let rt = runtime().await;
+        let network = ensure_test_network(&rt, &id).await;
+        let cluster = format!("capd-rs-test-{id}");
+        let spec = capd::docker::specs::lb_container_spec(&capd::docker::specs::LbParams {
+            cluster_name: &cluster,
+            image: TEST_IMAGE,
+            network: &network,
+            labels: run_labels(&id),
+            ipv6_only: false,
+        });
+        assert_eq!(spec.name, format!("{cluster}-lb"));
+        let info = rt
+            .create_and_start(&spec)
+            .await
+            .expect("create and start the LB-shaped container");
+        assert!(
+            info.host_ports.get("6443/tcp").is_some_and(|p| *p > 0),
+            "{:?}",
+            info.host_ports
+        );
+        assert!(
+            info.host_ports.get("8404/tcp").is_some_and(|p| *p > 0),
+            "{:?}",
+            info.host_ports
+        );
+        // A fixed host port is honoured too.
+        let mut fixed = plain_spec(&id, "fixed", &network, None);
+        let free = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        fixed.ports = vec![PortPublish {
+            container_port: "80/tcp".into(),
+            host_ip: "127.0.0.1".into(),
+            host_port: Some(free),
+        }];
+        let info = rt.create_and_start(&fixed).await.expect("fixed port");
+        assert_eq!(info.host_ports.get("80/tcp"), Some(&free));
+    })
+    .await;
+}
