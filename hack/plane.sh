@@ -222,9 +222,11 @@ install_crds() {
   stream=$(crd_stream "$mod")
   log "installing CRDs (CAPI v$CAPI_VERSION core, CABPK, KCP$(compgen -G "$REPO_ROOT/config/crd/bases/*.y*ml" >/dev/null && echo ', capd-rs'))"
   # Server-side: the CAPI CRDs exceed the client-side last-applied annotation size limit.
-  printf '%s\n' "$stream" | kubectl_plane apply --server-side --force-conflicts \
-    --field-manager=capd-rs-plane -f - >/dev/null
-  kubectl_plane wait --for=condition=Established --timeout=60s crd --all >/dev/null
+  local applied
+  applied=$(printf '%s\n' "$stream" | kubectl_plane apply --server-side --force-conflicts \
+    --field-manager=capd-rs-plane -o name -f -)
+  # shellcheck disable=SC2086  # one name per word
+  kubectl_plane wait --for=condition=Established --timeout=60s $applied >/dev/null
   echo "$sum" > "$CRD_STAMP"
 }
 

@@ -47,6 +47,9 @@ struct DockerCallLabels {
     operation: String,
 }
 
+/// Reads the Docker API call counts (operation, count) at scrape time.
+pub type DockerCallSource = Arc<dyn Fn() -> Vec<(String, u64)> + Send + Sync>;
+
 /// Reconcile counts, errors by kind, durations, and Docker API calls.
 pub struct Metrics {
     registry: Mutex<Registry>,
@@ -54,7 +57,7 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     durations: Family<ControllerLabels, Histogram>,
     docker_calls: Family<DockerCallLabels, Gauge>,
-    docker_call_source: Mutex<Option<Arc<dyn Fn() -> Vec<(String, u64)> + Send + Sync>>>,
+    docker_call_source: Mutex<Option<DockerCallSource>>,
 }
 
 impl Default for Metrics {

@@ -10,7 +10,10 @@ use capd::{
     docker::{ContainerRuntime, labels},
 };
 use common::*;
-use kube::{Api, ResourceExt, api::{Patch, PatchParams}};
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
+};
 use serde_json::json;
 
 const LONG: Duration = Duration::from_secs(90);
@@ -26,7 +29,13 @@ async fn provisioned_cluster(env: &TestEnvRef, ns: &str, name: &str) -> DockerCl
     let cluster = env.create_cluster(ns, name, false).await;
     env.create_docker_cluster(ns, &cluster, json!({})).await;
     let dc = eventually(LONG, "DockerCluster provisioned", || async {
-        env.docker_cluster(ns, name).await.filter(|dc| dc.status.as_ref().and_then(|s| s.initialization.as_ref()).and_then(|i| i.provisioned) == Some(true))
+        env.docker_cluster(ns, name).await.filter(|dc| {
+            dc.status
+                .as_ref()
+                .and_then(|s| s.initialization.as_ref())
+                .and_then(|i| i.provisioned)
+                == Some(true)
+        })
     })
     .await;
     env.mark_infrastructure_provisioned(ns, name).await;
@@ -35,7 +44,9 @@ async fn provisioned_cluster(env: &TestEnvRef, ns: &str, name: &str) -> DockerCl
 
 async fn haproxy_cfg(lb: &str) -> String {
     let docker = docker().await;
-    exec(&docker, lb, "cat /usr/local/etc/haproxy/haproxy.cfg").await.1
+    exec(&docker, lb, "cat /usr/local/etc/haproxy/haproxy.cfg")
+        .await
+        .1
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,12 +61,20 @@ async fn cluster_and_machines_lifecycle() {
         let dc = provisioned_cluster(&env, &ns, &name).await;
 
         // Finalizer, endpoint, provisioned/ready and conditions on the DockerCluster.
-        assert!(dc.finalizers().contains(&"dockercluster.infrastructure.cluster.x-k8s.io".to_string()));
+        assert!(
+            dc.finalizers()
+                .contains(&"dockercluster.infrastructure.cluster.x-k8s.io".to_string())
+        );
         let status = dc.status.clone().unwrap();
         assert_eq!(status.ready, Some(true));
         assert!(is_true(status.conditions.as_ref(), "LoadBalancerAvailable"));
         assert!(is_true(status.conditions.as_ref(), "Ready"));
-        assert_eq!(condition(status.conditions.as_ref(), "Paused").unwrap().status, ConditionStatus::False);
+        assert_eq!(
+            condition(status.conditions.as_ref(), "Paused")
+                .unwrap()
+                .status,
+            ConditionStatus::False
+        );
 
         // A running LB container with our labels, whose address is the endpoint.
         let lb_info = inspect(&docker, &lb).await.expect("LB container exists");
@@ -65,31 +84,57 @@ async fn cluster_and_machines_lifecycle() {
         assert_eq!(lb_info.labels[labels::CLUSTER_NAMESPACE], ns);
         assert_eq!(lb_info.labels[labels::OWNER_UID], dc.uid().unwrap());
         assert_eq!(lb_info.labels[TEST_LABEL], env.id);
-        let endpoint = dc.spec.control_plane_endpoint.clone().expect("endpoint set");
+        let endpoint = dc
+            .spec
+            .control_plane_endpoint
+            .clone()
+            .expect("endpoint set");
         assert_eq!(endpoint.host.as_deref(), lb_info.ipv4.as_deref());
         assert_eq!(endpoint.port, Some(6443));
 
         // HAProxy answers on the published ports: the API frontend and the stats page.
         let api_port = lb_info.host_ports["6443/tcp"];
-        tokio::net::TcpStream::connect(("127.0.0.1", api_port)).await.expect("HAProxy accepts on the published API port");
+        tokio::net::TcpStream::connect(("127.0.0.1", api_port))
+            .await
+            .expect("HAProxy accepts on the published API port");
         let stats_port = lb_info.host_ports["8404/tcp"];
-        let stats = reqwest::get(format!("http://127.0.0.1:{stats_port}/stats")).await.expect("stats answer");
+        let stats = reqwest::get(format!("http://127.0.0.1:{stats_port}/stats"))
+            .await
+            .expect("stats answer");
         assert_eq!(stats.status(), 200);
         assert!(stats.text().await.unwrap().contains("kube-apiservers"));
 
         // A control-plane and a worker machine with bootstrap data.
-        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
-        env.create_machine(&ns, &name, &format!("{name}-cp-0"), true, Some("boot"), node_spec()).await;
-        env.create_machine(&ns, &name, "worker-0", false, Some("boot"), node_spec()).await;
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
+            .await;
+        env.create_machine(
+            &ns,
+            &name,
+            &format!("{name}-cp-0"),
+            true,
+            Some("boot"),
+            node_spec(),
+        )
+        .await;
+        env.create_machine(&ns, &name, "worker-0", false, Some("boot"), node_spec())
+            .await;
         let cp = format!("{name}-cp-0");
         let worker = format!("{name}-worker-0"); // machine name does not start with the cluster name
 
-        for (dm_name, container) in [(cp.clone(), cp.clone()), ("worker-0".to_string(), worker.clone())] {
+        for (dm_name, container) in [
+            (cp.clone(), cp.clone()),
+            ("worker-0".to_string(), worker.clone()),
+        ] {
             let dm = eventually(LONG, &format!("{dm_name} provisioned"), || async {
-                env.docker_machine(&ns, &dm_name).await.filter(|dm| dm.spec.provider_id.is_some())
+                env.docker_machine(&ns, &dm_name)
+                    .await
+                    .filter(|dm| dm.spec.provider_id.is_some())
             })
             .await;
-            assert_eq!(dm.spec.provider_id.as_deref(), Some(format!("docker:////{container}").as_str()));
+            assert_eq!(
+                dm.spec.provider_id.as_deref(),
+                Some(format!("docker:////{container}").as_str())
+            );
             let st = dm.status.clone().unwrap();
             assert_eq!(st.initialization.and_then(|i| i.provisioned), Some(true));
             assert!(is_true(st.conditions.as_ref(), "ContainerProvisioned"));
@@ -102,14 +147,45 @@ async fn cluster_and_machines_lifecycle() {
             assert_eq!(info.labels[labels::OWNER_UID], dm.uid().unwrap());
             assert_eq!(info.labels[TEST_LABEL], env.id);
             // write_files (plain, base64, gzip+base64) and runcmd really ran inside.
-            assert_eq!(exec(&docker, &container, "cat /etc/capd-test/plain.txt").await.1, "written by write_files");
-            assert_eq!(exec(&docker, &container, "stat -c %a /etc/capd-test/plain.txt").await.1, "640");
-            assert_eq!(exec(&docker, &container, "cat /etc/capd-test/encoded.txt").await.1, "decoded from base64");
-            assert_eq!(exec(&docker, &container, "cat /etc/capd-test/compressed.txt").await.1, "decompressed from gzip base64");
-            assert_eq!(exec(&docker, &container, "cat /etc/capd-test/runcmd.txt").await.1, "ran by runcmd");
+            assert_eq!(
+                exec(&docker, &container, "cat /etc/capd-test/plain.txt")
+                    .await
+                    .1,
+                "written by write_files"
+            );
+            assert_eq!(
+                exec(&docker, &container, "stat -c %a /etc/capd-test/plain.txt")
+                    .await
+                    .1,
+                "640"
+            );
+            assert_eq!(
+                exec(&docker, &container, "cat /etc/capd-test/encoded.txt")
+                    .await
+                    .1,
+                "decoded from base64"
+            );
+            assert_eq!(
+                exec(&docker, &container, "cat /etc/capd-test/compressed.txt")
+                    .await
+                    .1,
+                "decompressed from gzip base64"
+            );
+            assert_eq!(
+                exec(&docker, &container, "cat /etc/capd-test/runcmd.txt")
+                    .await
+                    .1,
+                "ran by runcmd"
+            );
         }
-        assert_eq!(inspect(&docker, &cp).await.unwrap().labels[labels::KIND_ROLE], "control-plane");
-        assert_eq!(inspect(&docker, &worker).await.unwrap().labels[labels::KIND_ROLE], "worker");
+        assert_eq!(
+            inspect(&docker, &cp).await.unwrap().labels[labels::KIND_ROLE],
+            "control-plane"
+        );
+        assert_eq!(
+            inspect(&docker, &worker).await.unwrap().labels[labels::KIND_ROLE],
+            "worker"
+        );
 
         // The control-plane node (only) is an LB backend.
         let cfg = eventually(LONG, "CP backend in haproxy.cfg", || async {
@@ -124,15 +200,27 @@ async fn cluster_and_machines_lifecycle() {
         env.delete(dms.clone(), &cp).await;
         env.delete(dms.clone(), "worker-0").await;
         eventually(LONG, "DockerMachines gone", || async {
-            (env.docker_machine(&ns, &cp).await.is_none() && env.docker_machine(&ns, "worker-0").await.is_none()).then_some(())
+            (env.docker_machine(&ns, &cp).await.is_none()
+                && env.docker_machine(&ns, "worker-0").await.is_none())
+            .then_some(())
         })
         .await;
         assert!(inspect(&docker, &cp).await.is_none() && inspect(&docker, &worker).await.is_none());
-        assert!(!haproxy_cfg(&lb).await.contains(&format!("server {cp} ")), "backend removed");
+        assert!(
+            !haproxy_cfg(&lb).await.contains(&format!("server {cp} ")),
+            "backend removed"
+        );
 
         // Delete the cluster: LB gone, object gone.
-        env.delete(Api::<DockerCluster>::namespaced(env.client.clone(), &ns), &name).await;
-        eventually(LONG, "DockerCluster gone", || async { env.docker_cluster(&ns, &name).await.is_none().then_some(()) }).await;
+        env.delete(
+            Api::<DockerCluster>::namespaced(env.client.clone(), &ns),
+            &name,
+        )
+        .await;
+        eventually(LONG, "DockerCluster gone", || async {
+            env.docker_cluster(&ns, &name).await.is_none().then_some(())
+        })
+        .await;
         assert!(inspect(&docker, &lb).await.is_none());
     })
     .await;
@@ -148,39 +236,87 @@ async fn paused_objects_are_left_alone_until_resumed() {
         let name = format!("{}-c", env.id);
         let cluster = env.create_cluster(&ns, &name, false).await;
         // Paused by annotation: a Paused condition and no container.
-        env.create_docker_cluster(&ns, &cluster, json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}})).await;
+        env.create_docker_cluster(
+            &ns,
+            &cluster,
+            json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}}),
+        )
+        .await;
         let dc = eventually(LONG, "Paused condition", || async {
-            env.docker_cluster(&ns, &name).await.filter(|dc| is_true(dc.status.as_ref().and_then(|s| s.conditions.as_ref()), "Paused"))
+            env.docker_cluster(&ns, &name).await.filter(|dc| {
+                is_true(
+                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    "Paused",
+                )
+            })
         })
         .await;
         let paused = condition(dc.status.as_ref().unwrap().conditions.as_ref(), "Paused").unwrap();
         assert_eq!(paused.reason, "Paused");
         assert!(paused.message.contains("annotation"), "{}", paused.message);
-        never(Duration::from_secs(3), "no LB while paused", || async { inspect(&docker, &format!("{name}-lb")).await.is_some() }).await;
+        never(Duration::from_secs(3), "no LB while paused", || async {
+            inspect(&docker, &format!("{name}-lb")).await.is_some()
+        })
+        .await;
 
         // Resume: the LB appears.
         let api: Api<DockerCluster> = Api::namespaced(env.client.clone(), &ns);
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": null}}})))
-            .await
-            .unwrap();
-        eventually(LONG, "LB after resume", || async { inspect(&docker, &format!("{name}-lb")).await }).await;
+        api.patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": null}}})),
+        )
+        .await
+        .unwrap();
+        eventually(LONG, "LB after resume", || async {
+            inspect(&docker, &format!("{name}-lb")).await
+        })
+        .await;
         env.mark_infrastructure_provisioned(&ns, &name).await;
 
         // Paused through Cluster.spec.paused: the machine waits with a Paused condition.
         env.set_cluster_paused(&ns, &name, true).await;
-        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
-        env.create_machine(&ns, &name, &format!("{name}-w"), false, Some("boot"), node_spec()).await;
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
+            .await;
+        env.create_machine(
+            &ns,
+            &name,
+            &format!("{name}-w"),
+            false,
+            Some("boot"),
+            node_spec(),
+        )
+        .await;
         let dm = eventually(LONG, "machine Paused condition", || async {
-            env.docker_machine(&ns, &format!("{name}-w")).await.filter(|dm| is_true(dm.status.as_ref().and_then(|s| s.conditions.as_ref()), "Paused"))
+            env.docker_machine(&ns, &format!("{name}-w"))
+                .await
+                .filter(|dm| {
+                    is_true(
+                        dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                        "Paused",
+                    )
+                })
         })
         .await;
-        assert!(condition(dm.status.as_ref().unwrap().conditions.as_ref(), "Paused").unwrap().message.contains("spec.paused"));
-        never(Duration::from_secs(3), "no node container while paused", || async { inspect(&docker, &format!("{name}-w")).await.is_some() }).await;
+        assert!(
+            condition(dm.status.as_ref().unwrap().conditions.as_ref(), "Paused")
+                .unwrap()
+                .message
+                .contains("spec.paused")
+        );
+        never(
+            Duration::from_secs(3),
+            "no node container while paused",
+            || async { inspect(&docker, &format!("{name}-w")).await.is_some() },
+        )
+        .await;
 
         // Unpausing the Cluster reaches the DockerMachine through the Cluster watch.
         env.set_cluster_paused(&ns, &name, false).await;
         eventually(LONG, "machine provisioned after resume", || async {
-            env.docker_machine(&ns, &format!("{name}-w")).await.filter(|dm| dm.spec.provider_id.is_some())
+            env.docker_machine(&ns, &format!("{name}-w"))
+                .await
+                .filter(|dm| dm.spec.provider_id.is_some())
         })
         .await;
     })
@@ -258,7 +394,6 @@ async fn failing_and_invalid_bootstrap_data_give_conditions() {
     .await;
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_missing_lb() {
     let mut env = TestEnv::new("heal").await;
@@ -271,35 +406,85 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
         provisioned_cluster(&env, &ns, &name).await;
 
         // Stopped by hand: started again (a Docker event triggers the reconcile, no resync wait).
-        assert!(std::process::Command::new("docker").args(["stop", "-t", "1", &lb]).status().unwrap().success());
+        assert!(
+            std::process::Command::new("docker")
+                .args(["stop", "-t", "1", &lb])
+                .status()
+                .unwrap()
+                .success()
+        );
         eventually(Duration::from_secs(30), "LB running again", || async {
             inspect(&docker, &lb).await.filter(|c| c.is_running())
         })
         .await;
+        // haproxy starts from the config we wrote (not the image's placeholder) and stays up.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let restarted = inspect(&docker, &lb).await.unwrap();
+        assert!(restarted.is_running(), "the restarted LB must keep running with our haproxy.cfg");
+        let stats = reqwest::get(format!("http://127.0.0.1:{}/stats", restarted.host_ports["8404/tcp"])).await.unwrap();
+        assert_eq!(stats.status(), 200);
 
         // A provisioned node container removed by hand is reported (and not silently recreated).
-        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
-        env.create_machine(&ns, &name, "w0", false, Some("boot"), node_spec()).await;
-        eventually(LONG, "w0 provisioned", || async { env.docker_machine(&ns, "w0").await.filter(|dm| dm.spec.provider_id.is_some()) }).await;
-        let node = format!("{name}-w0");
-        docker.remove(&node).await.unwrap();
-        let dm = eventually(Duration::from_secs(30), "w0 reports its container gone", || async {
-            env.docker_machine(&ns, "w0").await.filter(|dm| {
-                condition(dm.status.as_ref().and_then(|s| s.conditions.as_ref()), "ContainerProvisioned").is_some_and(|c| c.reason == "NotProvisioned")
-            })
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
+            .await;
+        env.create_machine(&ns, &name, "w0", false, Some("boot"), node_spec())
+            .await;
+        eventually(LONG, "w0 provisioned", || async {
+            env.docker_machine(&ns, "w0")
+                .await
+                .filter(|dm| dm.spec.provider_id.is_some())
         })
         .await;
-        let c = condition(dm.status.as_ref().unwrap().conditions.as_ref(), "ContainerProvisioned").unwrap();
-        assert!(c.message.contains("does not exist anymore"), "{}", c.message);
-        assert!(!is_true(dm.status.as_ref().unwrap().conditions.as_ref(), "Ready"));
+        let node = format!("{name}-w0");
+        docker.remove(&node).await.unwrap();
+        let dm = eventually(
+            Duration::from_secs(30),
+            "w0 reports its container gone",
+            || async {
+                env.docker_machine(&ns, "w0").await.filter(|dm| {
+                    condition(
+                        dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                        "ContainerProvisioned",
+                    )
+                    .is_some_and(|c| {
+                        c.reason == "NotProvisioned" && c.message.contains("does not exist anymore")
+                    })
+                })
+            },
+        )
+        .await;
+        let c = condition(
+            dm.status.as_ref().unwrap().conditions.as_ref(),
+            "ContainerProvisioned",
+        )
+        .unwrap();
+        assert!(
+            c.message.contains("does not exist anymore"),
+            "{}",
+            c.message
+        );
+        assert!(!is_true(
+            dm.status.as_ref().unwrap().conditions.as_ref(),
+            "Ready"
+        ));
         assert!(inspect(&docker, &node).await.is_none(), "not recreated");
 
         // Deletion completes with the LB and the node container already gone.
         docker.remove(&lb).await.unwrap();
-        env.delete(Api::<DockerMachine>::namespaced(env.client.clone(), &ns), "w0").await;
-        env.delete(Api::<DockerCluster>::namespaced(env.client.clone(), &ns), &name).await;
+        env.delete(
+            Api::<DockerMachine>::namespaced(env.client.clone(), &ns),
+            "w0",
+        )
+        .await;
+        env.delete(
+            Api::<DockerCluster>::namespaced(env.client.clone(), &ns),
+            &name,
+        )
+        .await;
         eventually(LONG, "objects gone", || async {
-            (env.docker_machine(&ns, "w0").await.is_none() && env.docker_cluster(&ns, &name).await.is_none()).then_some(())
+            (env.docker_machine(&ns, "w0").await.is_none()
+                && env.docker_cluster(&ns, &name).await.is_none())
+            .then_some(())
         })
         .await;
     })
@@ -314,18 +499,37 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
     let ns = format!("{id}-a");
     let name = format!("{id}-c");
     let client = env.client.clone();
-    let r = TestEnvRef { id: id.clone(), client, network: env.network.clone(), health_port: 0 };
+    let r = TestEnvRef {
+        id: id.clone(),
+        client,
+        network: env.network.clone(),
+        health_port: 0,
+    };
     let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- sleep 4\n- mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
 
     r.namespace("a").await;
     provisioned_cluster(&r, &ns, &name).await;
     r.create_secret(&ns, "slow", Some(slow), None).await;
-    r.create_machine(&ns, &name, &format!("{name}-cp"), true, Some("slow"), node_spec()).await;
+    r.create_machine(
+        &ns,
+        &name,
+        &format!("{name}-cp"),
+        true,
+        Some("slow"),
+        node_spec(),
+    )
+    .await;
     let docker = docker().await;
     eventually(LONG, "bootstrapping", || async {
-        r.docker_machine(&ns, &format!("{name}-cp")).await.filter(|dm| {
-            condition(dm.status.as_ref().and_then(|s| s.conditions.as_ref()), "BootstrapExecSucceeded").is_some_and(|c| c.reason == "Bootstrapping")
-        })
+        r.docker_machine(&ns, &format!("{name}-cp"))
+            .await
+            .filter(|dm| {
+                condition(
+                    dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    "BootstrapExecSucceeded",
+                )
+                .is_some_and(|c| c.reason == "Bootstrapping")
+            })
     })
     .await;
     // Kill -9 in the middle of bootstrap, then start a new manager.
@@ -333,17 +537,40 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
     env.start_manager(&[], None);
     env.run(|env| async move {
         let dm = eventually(LONG, "provisioned after restart", || async {
-            env.docker_machine(&ns, &format!("{name}-cp")).await.filter(|dm| dm.spec.provider_id.is_some())
+            env.docker_machine(&ns, &format!("{name}-cp"))
+                .await
+                .filter(|dm| dm.spec.provider_id.is_some())
         })
         .await;
-        assert!(is_true(dm.status.as_ref().unwrap().conditions.as_ref(), "Ready"));
+        assert!(is_true(
+            dm.status.as_ref().unwrap().conditions.as_ref(),
+            "Ready"
+        ));
         // Exactly one LB and one node container for this cluster.
-        let all = docker.list(&std::collections::BTreeMap::from([(TEST_LABEL.to_string(), env.id.clone())])).await.unwrap();
+        let all = docker
+            .list(&std::collections::BTreeMap::from([(
+                TEST_LABEL.to_string(),
+                env.id.clone(),
+            )]))
+            .await
+            .unwrap();
         let names: Vec<_> = all.iter().map(|c| c.name.clone()).collect();
-        assert_eq!(names.iter().filter(|n| **n == format!("{name}-lb")).count(), 1, "{names:?}");
-        assert_eq!(names.iter().filter(|n| **n == format!("{name}-cp")).count(), 1, "{names:?}");
+        assert_eq!(
+            names.iter().filter(|n| **n == format!("{name}-lb")).count(),
+            1,
+            "{names:?}"
+        );
+        assert_eq!(
+            names.iter().filter(|n| **n == format!("{name}-cp")).count(),
+            1,
+            "{names:?}"
+        );
         assert_eq!(all.len(), 2, "{names:?}");
-        assert!(haproxy_cfg(&format!("{name}-lb")).await.contains(&format!("server {name}-cp ")));
+        assert!(
+            haproxy_cfg(&format!("{name}-lb"))
+                .await
+                .contains(&format!("server {name}-cp "))
+        );
     })
     .await;
 }
@@ -353,13 +580,21 @@ async fn docker_outage_is_reported_and_recovered_from() {
     let mut env = TestEnv::new("outage").await;
     let proxy = common::docker_proxy::DockerProxy::start(&env.id);
     env.start_manager(&[], Some(&proxy.host()));
-    let r = TestEnvRef { id: env.id.clone(), client: env.client.clone(), network: env.network.clone(), health_port: 0 };
+    let r = TestEnvRef {
+        id: env.id.clone(),
+        client: env.client.clone(),
+        network: env.network.clone(),
+        health_port: 0,
+    };
     let ns = r.namespace("a").await;
     let name = format!("{}-c", env.id);
     // Wait for the manager to be ready (it connected through the proxy), then cut the engine off.
     let port = env.manager.as_ref().unwrap().health_port;
     eventually(LONG, "manager ready", || async {
-        reqwest::get(format!("http://127.0.0.1:{port}/readyz")).await.ok().filter(|r| r.status() == 200)
+        reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+            .await
+            .ok()
+            .filter(|r| r.status() == 200)
     })
     .await;
     proxy.down();
@@ -368,16 +603,32 @@ async fn docker_outage_is_reported_and_recovered_from() {
     env.run(|env| async move {
         let dc = eventually(LONG, "DockerUnavailable condition", || async {
             env.docker_cluster(&ns, &name).await.filter(|dc| {
-                condition(dc.status.as_ref().and_then(|s| s.conditions.as_ref()), "LoadBalancerAvailable").is_some_and(|c| c.reason == "DockerUnavailable")
+                condition(
+                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    "LoadBalancerAvailable",
+                )
+                .is_some_and(|c| c.reason == "DockerUnavailable")
             })
         })
         .await;
-        assert!(!is_true(dc.status.as_ref().unwrap().conditions.as_ref(), "Ready"));
+        assert!(!is_true(
+            dc.status.as_ref().unwrap().conditions.as_ref(),
+            "Ready"
+        ));
         tokio::time::sleep(Duration::from_secs(3)).await;
         proxy.up();
-        eventually(Duration::from_secs(150), "recovered without intervention", || async {
-            env.docker_cluster(&ns, &name).await.filter(|dc| is_true(dc.status.as_ref().and_then(|s| s.conditions.as_ref()), "LoadBalancerAvailable"))
-        })
+        eventually(
+            Duration::from_secs(150),
+            "recovered without intervention",
+            || async {
+                env.docker_cluster(&ns, &name).await.filter(|dc| {
+                    is_true(
+                        dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                        "LoadBalancerAvailable",
+                    )
+                })
+            },
+        )
         .await;
         drop(proxy);
     })
@@ -395,25 +646,47 @@ async fn same_cluster_name_in_two_namespaces_stays_separate() {
         let lb = format!("{name}-lb");
         let dc_a = provisioned_cluster(&env, &ns_a, &name).await;
         let cluster_b = env.create_cluster(&ns_b, &name, false).await;
-        env.create_docker_cluster(&ns_b, &cluster_b, json!({})).await;
+        env.create_docker_cluster(&ns_b, &cluster_b, json!({}))
+            .await;
 
         // B is told why it cannot have the name; A's container is untouched.
         let dc_b = eventually(LONG, "name conflict reported on B", || async {
             env.docker_cluster(&ns_b, &name).await.filter(|dc| {
-                condition(dc.status.as_ref().and_then(|s| s.conditions.as_ref()), "LoadBalancerAvailable").is_some_and(|c| c.reason == "ContainerNameConflict")
+                condition(
+                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    "LoadBalancerAvailable",
+                )
+                .is_some_and(|c| c.reason == "ContainerNameConflict")
             })
         })
         .await;
-        let c = condition(dc_b.status.as_ref().unwrap().conditions.as_ref(), "LoadBalancerAvailable").unwrap();
+        let c = condition(
+            dc_b.status.as_ref().unwrap().conditions.as_ref(),
+            "LoadBalancerAvailable",
+        )
+        .unwrap();
         assert!(c.message.contains(&ns_a), "{}", c.message);
         let info = inspect(&docker, &lb).await.unwrap();
         assert_eq!(info.labels[labels::CLUSTER_NAMESPACE], ns_a);
         assert_eq!(info.labels[labels::OWNER_UID], dc_a.uid().unwrap());
-        assert!(dc_b.spec.control_plane_endpoint.is_none(), "B never takes A's endpoint");
+        assert!(
+            dc_b.spec.control_plane_endpoint.is_none(),
+            "B never takes A's endpoint"
+        );
 
         // Deleting B never removes A's LB.
-        env.delete(Api::<DockerCluster>::namespaced(env.client.clone(), &ns_b), &name).await;
-        eventually(LONG, "B gone", || async { env.docker_cluster(&ns_b, &name).await.is_none().then_some(()) }).await;
+        env.delete(
+            Api::<DockerCluster>::namespaced(env.client.clone(), &ns_b),
+            &name,
+        )
+        .await;
+        eventually(LONG, "B gone", || async {
+            env.docker_cluster(&ns_b, &name)
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
         let still = inspect(&docker, &lb).await.expect("A's LB survives");
         assert_eq!(still.id, info.id);
     })

@@ -17,15 +17,24 @@ fn committed_crds_match_crdgen() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/crd/bases");
     for crd in capd::api::crds::all() {
         let path = dir.join(capd::api::crds::file_name(&crd));
-        let committed = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let committed =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let generated = capd::api::crds::to_yaml(&crd).unwrap();
-        assert!(committed == generated, "{} is stale: run `cargo run --bin crdgen -- config/crd/bases`", path.display());
+        assert!(
+            committed == generated,
+            "{} is stale: run `cargo run --bin crdgen -- config/crd/bases`",
+            path.display()
+        );
         assert!(committed.contains("cluster.x-k8s.io/v1beta2: v1beta2"));
     }
 }
 
 fn infra(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta2", kind))
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "infrastructure.cluster.x-k8s.io",
+        "v1beta2",
+        kind,
+    ))
 }
 
 /// Server-side dry-run create of every document in a fixture file.
@@ -36,8 +45,16 @@ async fn dry_run_all(client: &kube::Client, ns: &str, yaml: &str) -> Vec<Result<
         obj.metadata.namespace = Some(ns.to_string());
         let kind = obj.types.as_ref().unwrap().kind.clone();
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &infra(&kind));
-        let pp = PostParams { dry_run: true, ..Default::default() };
-        out.push(api.create(&pp, &obj).await.map(|_| ()).map_err(|e| format!("{kind}: {e}")));
+        let pp = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        out.push(
+            api.create(&pp, &obj)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("{kind}: {e}")),
+        );
     }
     out
 }
@@ -83,9 +100,16 @@ async fn custom_image_is_immutable() {
     .unwrap();
     api.create(&PostParams::default(), &obj).await.unwrap();
     let err = api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"customImage": "kindest/node:v1.36.0"}})))
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"customImage": "kindest/node:v1.36.0"}})),
+        )
         .await
         .expect_err("customImage change must be rejected");
     let _ = api.delete(&name, &Default::default()).await;
-    assert!(err.to_string().contains("spec.customImage is immutable"), "{err}");
+    assert!(
+        err.to_string().contains("spec.customImage is immutable"),
+        "{err}"
+    );
 }

@@ -654,14 +654,12 @@ async fn load_steps(
     let Some(value) = data.remove("value") else {
         return invalid("has no key \"value\"".into());
     };
-    let format = match data
+    let format = data
         .remove("format")
-        .map(|f| String::from_utf8_lossy(&f.0).into_owned())
-    {
-        f => match Format::parse(f.as_deref()) {
-            Ok(format) => format,
-            Err(e) => return invalid(e.to_string()),
-        },
+        .map(|f| String::from_utf8_lossy(&f.0).into_owned());
+    let format = match Format::parse(format.as_deref()) {
+        Ok(format) => format,
+        Err(e) => return invalid(e.to_string()),
     };
     match bootstrap::commands(format, &value.0) {
         Ok(mut steps) => {

@@ -36,7 +36,12 @@ where
             {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}
         ])
     };
-    api.patch(&obj.name_any(), &params(), &Patch::Json::<()>(serde_json::from_value(ops)?)).await?;
+    api.patch(
+        &obj.name_any(),
+        &params(),
+        &Patch::Json::<()>(serde_json::from_value(ops)?),
+    )
+    .await?;
     Ok(true)
 }
 
@@ -49,8 +54,16 @@ where
         return Ok(());
     };
     let path = format!("/metadata/finalizers/{index}");
-    let ops = json!([{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]);
-    match api.patch(&obj.name_any(), &params(), &Patch::Json::<()>(serde_json::from_value(ops)?)).await {
+    let ops =
+        json!([{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]);
+    match api
+        .patch(
+            &obj.name_any(),
+            &params(),
+            &Patch::Json::<()>(serde_json::from_value(ops)?),
+        )
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e.into()),
@@ -89,14 +102,10 @@ where
     // Merge patch: fields we no longer set must be nulled explicitly, so send the full status
     // with nulls for absent optional fields (serde skips them; add them back as null).
     let mut status = serde_json::to_value(desired)?;
-    if let (Some(cur), Some(map)) = (
-        current.map(serde_json::to_value).transpose()?,
-        status.as_object_mut(),
-    ) {
-        if let Some(cur) = cur.as_object() {
-            for key in cur.keys() {
-                map.entry(key.clone()).or_insert(serde_json::Value::Null);
-            }
+    let current = current.map(serde_json::to_value).transpose()?;
+    if let (Some(serde_json::Value::Object(cur)), Some(map)) = (current, status.as_object_mut()) {
+        for key in cur.keys() {
+            map.entry(key.clone()).or_insert(serde_json::Value::Null);
         }
     }
     match api

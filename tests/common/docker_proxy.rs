@@ -43,7 +43,12 @@ impl DockerProxy {
                 conns.lock().unwrap().push(handle);
             }
         });
-        Self { path, up, connections, accept }
+        Self {
+            path,
+            up,
+            connections,
+            accept,
+        }
     }
 
     pub fn host(&self) -> String {

@@ -25,7 +25,9 @@ use capd::{
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::{
     Api, Client, Config, ResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams},
+    api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+    },
     config::{KubeConfigOptions, Kubeconfig},
 };
 use serde_json::{Value, json};
@@ -47,20 +49,34 @@ pub fn kubeconfig_path() -> PathBuf {
 /// A client for the local plane. Panics (the test fails, never skips) when it is not up.
 pub async fn client() -> Client {
     let path = kubeconfig_path();
-    let kc = Kubeconfig::read_from(&path)
-        .unwrap_or_else(|e| panic!("local plane not set up ({}: {e}); run `hack/plane.sh up` first", path.display()));
-    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kubeconfig");
+    let kc = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!(
+            "local plane not set up ({}: {e}); run `hack/plane.sh up` first",
+            path.display()
+        )
+    });
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig");
     let client = Client::try_from(config).expect("client");
-    client.apiserver_version().await.unwrap_or_else(|e| panic!("local plane API server not answering: {e}; run `hack/plane.sh up`"));
+    client.apiserver_version().await.unwrap_or_else(|e| {
+        panic!("local plane API server not answering: {e}; run `hack/plane.sh up`")
+    });
     client
 }
 
 pub async fn docker() -> BollardRuntime {
-    BollardRuntime::connect(None).await.expect("Docker Engine not reachable; run `hack/docker-engine.sh`")
+    BollardRuntime::connect(None)
+        .await
+        .expect("Docker Engine not reachable; run `hack/docker-engine.sh`")
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Everything one test owns.
@@ -115,7 +131,12 @@ impl TestEnv {
     pub async fn new(name: &str) -> Self {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
         // Short: it goes into container names.
-        let id = format!("{}{}{}", &name[..name.len().min(6)], std::process::id() % 10000, n);
+        let id = format!(
+            "{}{}{}",
+            &name[..name.len().min(6)],
+            std::process::id() % 10000,
+            n
+        );
         let env = Self {
             id: id.clone(),
             client: client().await,
@@ -131,7 +152,11 @@ impl TestEnv {
     pub fn start_manager(&mut self, extra_args: &[&str], docker_host: Option<&str>) {
         let port = free_port();
         let log = std::env::temp_dir().join(format!("capd-rs-manager-{}.log", self.id));
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_manager"));
         cmd.arg(format!("--kubeconfig={}", kubeconfig_path().display()))
             .arg(format!("--watch-filter={}", self.id))
@@ -149,7 +174,11 @@ impl TestEnv {
             cmd.env("DOCKER_HOST", host);
         }
         let child = cmd.spawn().expect("start manager");
-        self.manager = Some(Manager { child, health_port: port, log });
+        self.manager = Some(Manager {
+            child,
+            health_port: port,
+            log,
+        });
     }
 
     pub fn manager_logs(&self) -> String {
@@ -163,7 +192,13 @@ impl TestEnv {
             let _ = self.docker.remove(&c.name).await;
         }
         let _ = Command::new("docker")
-            .args(["network", "ls", "-q", "--filter", &format!("label={TEST_LABEL}={}", self.id)])
+            .args([
+                "network",
+                "ls",
+                "-q",
+                "--filter",
+                &format!("label={TEST_LABEL}={}", self.id),
+            ])
             .output()
             .map(|o| {
                 for id in String::from_utf8_lossy(&o.stdout).split_whitespace() {
@@ -223,7 +258,10 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
@@ -261,12 +299,16 @@ impl TestEnvRef {
     }
 
     pub fn manager_log(&self) -> String {
-        std::fs::read_to_string(std::env::temp_dir().join(format!("capd-rs-manager-{}.log", self.id))).unwrap_or_default()
+        std::fs::read_to_string(
+            std::env::temp_dir().join(format!("capd-rs-manager-{}.log", self.id)),
+        )
+        .unwrap_or_default()
     }
 
     pub async fn namespace(&self, suffix: &str) -> String {
         let name = format!("{}-{suffix}", self.id);
-        let ns: Value = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        let ns: Value =
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
         Api::<Namespace>::all(self.client.clone())
             .create(&PostParams::default(), &serde_json::from_value(ns).unwrap())
             .await
@@ -293,12 +335,23 @@ impl TestEnvRef {
                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": name}
             }
         });
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi("Cluster"));
-        api.create(&PostParams::default(), &serde_json::from_value(obj).unwrap()).await.expect("create Cluster")
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), ns, &capi("Cluster"));
+        api.create(
+            &PostParams::default(),
+            &serde_json::from_value(obj).unwrap(),
+        )
+        .await
+        .expect("create Cluster")
     }
 
     /// A DockerCluster owned by `cluster`, as CAPI core would set it up (owner ref + label).
-    pub async fn create_docker_cluster(&self, ns: &str, cluster: &DynamicObject, extra: Value) -> DockerCluster {
+    pub async fn create_docker_cluster(
+        &self,
+        ns: &str,
+        cluster: &DynamicObject,
+        extra: Value,
+    ) -> DockerCluster {
         let name = cluster.name_any();
         let mut obj = json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerCluster",
@@ -311,27 +364,44 @@ impl TestEnvRef {
         });
         merge(&mut obj, extra);
         Api::<DockerCluster>::namespaced(self.client.clone(), ns)
-            .create(&PostParams::default(), &serde_json::from_value(obj).unwrap())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(obj).unwrap(),
+            )
             .await
             .expect("create DockerCluster")
     }
 
     /// Play CAPI core: mark the Cluster's infrastructure provisioned.
     pub async fn mark_infrastructure_provisioned(&self, ns: &str, cluster: &str) {
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi("Cluster"));
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), ns, &capi("Cluster"));
         let patch = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
-        api.patch_status(cluster, &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch Cluster status");
+        api.patch_status(cluster, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch Cluster status");
     }
 
     pub async fn set_cluster_paused(&self, ns: &str, cluster: &str, paused: bool) {
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi("Cluster"));
-        api.patch(cluster, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"paused": paused}})))
-            .await
-            .expect("patch Cluster paused");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), ns, &capi("Cluster"));
+        api.patch(
+            cluster,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"paused": paused}})),
+        )
+        .await
+        .expect("patch Cluster paused");
     }
 
     /// A bootstrap data Secret (`value` and, when given, `format`).
-    pub async fn create_secret(&self, ns: &str, name: &str, value: Option<&str>, format: Option<&str>) {
+    pub async fn create_secret(
+        &self,
+        ns: &str,
+        name: &str,
+        value: Option<&str>,
+        format: Option<&str>,
+    ) {
         let mut data = serde_json::Map::new();
         if let Some(v) = value {
             data.insert("value".into(), json!(v));
@@ -342,7 +412,10 @@ impl TestEnvRef {
         let obj = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns,
             "labels": {"cluster.x-k8s.io/cluster-name": "x"}}, "type": "cluster.x-k8s.io/secret", "stringData": data});
         Api::<Secret>::namespaced(self.client.clone(), ns)
-            .create(&PostParams::default(), &serde_json::from_value(obj).unwrap())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(obj).unwrap(),
+            )
             .await
             .expect("create Secret");
     }
@@ -373,8 +446,15 @@ impl TestEnvRef {
                 "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": name}
             }
         });
-        let mapi: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi("Machine"));
-        let machine = mapi.create(&PostParams::default(), &serde_json::from_value(machine).unwrap()).await.expect("create Machine");
+        let mapi: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), ns, &capi("Machine"));
+        let machine = mapi
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(machine).unwrap(),
+            )
+            .await
+            .expect("create Machine");
         let dm = json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
             "metadata": {"name": name, "namespace": ns, "labels": self.filter_labels(labels),
@@ -389,18 +469,29 @@ impl TestEnvRef {
     }
 
     pub async fn set_machine_secret(&self, ns: &str, machine: &str, secret: &str) {
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &capi("Machine"));
-        api.patch(machine, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"bootstrap": {"dataSecretName": secret}}})))
-            .await
-            .expect("patch Machine");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), ns, &capi("Machine"));
+        api.patch(
+            machine,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"bootstrap": {"dataSecretName": secret}}})),
+        )
+        .await
+        .expect("patch Machine");
     }
 
     pub async fn docker_cluster(&self, ns: &str, name: &str) -> Option<DockerCluster> {
-        Api::<DockerCluster>::namespaced(self.client.clone(), ns).get_opt(name).await.expect("get DockerCluster")
+        Api::<DockerCluster>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .expect("get DockerCluster")
     }
 
     pub async fn docker_machine(&self, ns: &str, name: &str) -> Option<DockerMachine> {
-        Api::<DockerMachine>::namespaced(self.client.clone(), ns).get_opt(name).await.expect("get DockerMachine")
+        Api::<DockerMachine>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .expect("get DockerMachine")
     }
 
     pub async fn delete<K>(&self, api: Api<K>, name: &str)
@@ -432,21 +523,32 @@ fn merge(base: &mut Value, extra: Value) {
 }
 
 /// The status and reason of a condition on an object's status.
-pub fn condition<'a>(conditions: Option<&'a Vec<capd::api::conditions::Condition>>, type_: &str) -> Option<&'a capd::api::conditions::Condition> {
+pub fn condition<'a>(
+    conditions: Option<&'a Vec<capd::api::conditions::Condition>>,
+    type_: &str,
+) -> Option<&'a capd::api::conditions::Condition> {
     conditions.and_then(|cs| cs.iter().find(|c| c.type_ == type_))
 }
 
 pub fn is_true(conditions: Option<&Vec<capd::api::conditions::Condition>>, type_: &str) -> bool {
-    condition(conditions, type_).is_some_and(|c| c.status == capd::api::conditions::ConditionStatus::True)
+    condition(conditions, type_)
+        .is_some_and(|c| c.status == capd::api::conditions::ConditionStatus::True)
 }
 
 /// Run a shell command in a container and return stdout (trimmed).
 pub async fn exec(docker: &BollardRuntime, container: &str, script: &str) -> (i64, String) {
     let out = docker
-        .exec(container, &["/bin/sh".to_string(), "-c".to_string(), script.to_string()], None)
+        .exec(
+            container,
+            &["/bin/sh".to_string(), "-c".to_string(), script.to_string()],
+            None,
+        )
         .await
         .expect("exec");
-    (out.exit_code, String::from_utf8_lossy(&out.stdout).trim().to_string())
+    (
+        out.exit_code,
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    )
 }
 
 pub async fn inspect(docker: &BollardRuntime, name: &str) -> Option<ContainerInfo> {
