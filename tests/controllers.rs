@@ -420,8 +420,16 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
         // haproxy starts from the config we wrote (not the image's placeholder) and stays up.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let restarted = inspect(&docker, &lb).await.unwrap();
-        assert!(restarted.is_running(), "the restarted LB must keep running with our haproxy.cfg");
-        let stats = reqwest::get(format!("http://127.0.0.1:{}/stats", restarted.host_ports["8404/tcp"])).await.unwrap();
+        assert!(
+            restarted.is_running(),
+            "the restarted LB must keep running with our haproxy.cfg"
+        );
+        let stats = reqwest::get(format!(
+            "http://127.0.0.1:{}/stats",
+            restarted.host_ports["8404/tcp"]
+        ))
+        .await
+        .unwrap();
         assert_eq!(stats.status(), 200);
 
         // A provisioned node container removed by hand is reported (and not silently recreated).

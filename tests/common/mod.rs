@@ -150,6 +150,18 @@ impl TestEnv {
 
     /// Start the manager for this test (watch filter = test id, test label on containers).
     pub fn start_manager(&mut self, extra_args: &[&str], docker_host: Option<&str>) {
+        let filter = format!("--watch-filter={}", self.id);
+        let mut args = vec![filter.as_str()];
+        args.extend_from_slice(extra_args);
+        self.spawn_manager(&args, docker_host);
+    }
+
+    /// Start the manager watching one namespace (objects CAPI creates carry no watch filter).
+    pub fn start_manager_in_namespace(&mut self, namespace: &str) {
+        self.spawn_manager(&[&format!("--namespace={namespace}")], None);
+    }
+
+    fn spawn_manager(&mut self, extra_args: &[&str], docker_host: Option<&str>) {
         let port = free_port();
         let log = std::env::temp_dir().join(format!("capd-rs-manager-{}.log", self.id));
         let file = std::fs::OpenOptions::new()
@@ -159,7 +171,6 @@ impl TestEnv {
             .unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_manager"));
         cmd.arg(format!("--kubeconfig={}", kubeconfig_path().display()))
-            .arg(format!("--watch-filter={}", self.id))
             .arg(format!("--health-addr=127.0.0.1:{port}"))
             .arg(format!("--docker-network={}", self.network))
             .arg(format!("--container-label={TEST_LABEL}={}", self.id))

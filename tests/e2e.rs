@@ -1,0 +1,358 @@
+//! End to end with the real Cluster API: core, kubeadm bootstrap (CABPK) and kubeadm control
+//! plane (KCP) controllers run as local processes (`hack/capi.sh up`) and drive capd-rs through a
+//! cluster rendered by `clusterctl generate cluster` from `templates/cluster-template.yaml`.
+//!
+//! Where it stops, and why: the light node image has no kubeadm/kubelet. CABPK's real
+//! cloud-config for the control-plane machine is executed by capd-rs up to its `kubeadm init`
+//! command, which exits 127 ("not found"); the machine then reports BootstrapFailed with that
+//! command and code, and KCP never sees an initialized control plane. So the MachineDeployment
+//! names a prepared bootstrap Secret (`bootstrap.dataSecretName`, a legal CAPI shape) instead of
+//! a KubeadmConfigTemplate, whose join data would never come.
+mod common;
+
+use std::{collections::BTreeMap, process::Command, time::Duration};
+
+use capd::{
+    api::{DockerCluster, DockerMachine},
+    docker::{ContainerRuntime, labels},
+};
+use common::*;
+use kube::{
+    Api, ResourceExt,
+    api::{DynamicObject, ListParams, Patch, PatchParams},
+};
+use serde_json::json;
+
+const LONG: Duration = Duration::from_secs(180);
+const WORKER_BOOTSTRAP: &str = include_str!("fixtures/bootstrap-ok.yaml");
+
+fn bin(rel: &str) -> String {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    format!("{home}/.cache/capd-rs/bin/{rel}")
+}
+
+fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write;
+    let mut child = Command::new(bin("k8s-v1.35.4/kubectl"))
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl (run hack/plane.sh up)");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `clusterctl generate cluster` from our default template, then the MachineDeployment switched
+/// to a prepared bootstrap Secret (see the module docs).
+fn render_cluster(name: &str, ns: &str, worker_secret: &str) -> String {
+    let template = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/templates/cluster-template.yaml"
+    );
+    let out = Command::new(bin("capi-v1.13.5/clusterctl"))
+        .args([
+            "generate",
+            "cluster",
+            name,
+            "--from",
+            template,
+            "--kubernetes-version",
+            "v1.35.4",
+        ])
+        .args([
+            "--control-plane-machine-count",
+            "1",
+            "--worker-machine-count",
+            "2",
+            "--target-namespace",
+            ns,
+        ])
+        .env("KUBECONFIG", kubeconfig_path())
+        .env("DOCKER_NODE_IMAGE", NODE_IMAGE)
+        .output()
+        .expect("clusterctl (run hack/capi.sh up)");
+    assert!(
+        out.status.success(),
+        "clusterctl generate cluster: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rendered = String::from_utf8(out.stdout).unwrap();
+    let mut docs = Vec::new();
+    for doc in rendered.split("\n---\n").filter(|d| d.contains("kind:")) {
+        let mut v: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();
+        match v["kind"].as_str() {
+            Some("MachineDeployment") => {
+                v["spec"]["template"]["spec"]["bootstrap"] =
+                    json!({"dataSecretName": worker_secret})
+            }
+            Some("KubeadmConfigTemplate") => continue,
+            _ => {}
+        }
+        docs.push(serde_yaml_ng::to_string(&v).unwrap());
+    }
+    docs.join("---\n")
+}
+
+fn capi_api(env: &TestEnvRef, ns: &str, group: &str, kind: &str) -> Api<DynamicObject> {
+    let gvk = kube::api::GroupVersionKind::gvk(group, "v1beta2", kind);
+    Api::namespaced_with(
+        env.client.clone(),
+        ns,
+        &kube::api::ApiResource::from_gvk(&gvk),
+    )
+}
+
+async fn docker_machines(env: &TestEnvRef, ns: &str) -> Vec<DockerMachine> {
+    Api::<DockerMachine>::namespaced(env.client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+}
+
+fn is_cp(dm: &DockerMachine) -> bool {
+    dm.labels().contains_key("cluster.x-k8s.io/control-plane")
+}
+
+async fn cluster_containers(name: &str, ns: &str) -> Vec<capd::docker::ContainerInfo> {
+    let selector = BTreeMap::from([
+        (labels::KIND_CLUSTER.to_string(), name.to_string()),
+        (labels::CLUSTER_NAMESPACE.to_string(), ns.to_string()),
+    ]);
+    docker().await.list(&selector).await.unwrap()
+}
+
+async fn worker_containers(name: &str, ns: &str) -> usize {
+    cluster_containers(name, ns)
+        .await
+        .iter()
+        .filter(|c| c.labels.get(labels::KIND_ROLE).map(String::as_str) == Some("worker"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_capi_drives_a_cluster_from_the_default_template() {
+    let mut env = TestEnv::new("e2e").await;
+    let r = TestEnvRef {
+        id: env.id.clone(),
+        client: env.client.clone(),
+        network: env.network.clone(),
+        health_port: 0,
+    };
+    let ns = r.namespace("ns").await;
+    env.start_manager_in_namespace(&ns);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let name = format!("{}-c", env.id);
+        env.create_secret(&ns, "worker-bootstrap", Some(WORKER_BOOTSTRAP), None)
+            .await;
+        kubectl(
+            &["apply", "-f", "-"],
+            Some(&render_cluster(&name, &ns, "worker-bootstrap")),
+        );
+
+        // Core sets the owner reference and the cluster label on our DockerCluster, copies the
+        // endpoint and marks the infrastructure provisioned.
+        let dc = eventually(
+            LONG,
+            "DockerCluster owned by its Cluster and provisioned",
+            || async {
+                env.docker_cluster(&ns, &name).await.filter(|dc| {
+                    dc.owner_references()
+                        .iter()
+                        .any(|o| o.kind == "Cluster" && o.name == name)
+                        && dc.labels().get("cluster.x-k8s.io/cluster-name") == Some(&name)
+                        && dc.status.as_ref().and_then(|s| s.ready) == Some(true)
+                })
+            },
+        )
+        .await;
+        let clusters = capi_api(&env, &ns, "cluster.x-k8s.io", "Cluster");
+        let cluster = eventually(LONG, "Cluster infrastructure provisioned", || async {
+            clusters.get(&name).await.ok().filter(|c| {
+                c.data["status"]["initialization"]["infrastructureProvisioned"] == json!(true)
+            })
+        })
+        .await;
+        let endpoint = dc.spec.control_plane_endpoint.clone().unwrap();
+        assert_eq!(
+            cluster.data["spec"]["controlPlaneEndpoint"]["host"],
+            json!(endpoint.host.unwrap())
+        );
+        assert_eq!(
+            cluster.data["spec"]["controlPlaneEndpoint"]["port"],
+            json!(endpoint.port.unwrap())
+        );
+
+        // KCP's Machine gets a node container; CABPK's real bootstrap data runs until kubeadm.
+        let cp = eventually(LONG, "control-plane bootstrap stops at kubeadm", || async {
+            docker_machines(&env, &ns).await.into_iter().find(|dm| {
+                is_cp(dm)
+                    && condition(
+                        dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                        "BootstrapExecSucceeded",
+                    )
+                    .is_some_and(|c| c.reason == "BootstrapFailed")
+            })
+        })
+        .await;
+        assert!(
+            cp.owner_references().iter().any(|o| o.kind == "Machine"),
+            "core owns the DockerMachine"
+        );
+        let msg = &condition(
+            cp.status.as_ref().unwrap().conditions.as_ref(),
+            "BootstrapExecSucceeded",
+        )
+        .unwrap()
+        .message;
+        assert!(msg.contains("kubeadm") && msg.contains("code 127"), "{msg}");
+        let cp_container = cp.name_any();
+        assert!(cp_container.starts_with(&name));
+        let (code, _) = exec(
+            &docker,
+            &cp_container,
+            "test -s /run/kubeadm/kubeadm.yaml && test -s /etc/kubernetes/pki/ca.crt",
+        )
+        .await;
+        assert_eq!(code, 0, "CABPK's write_files ran before kubeadm");
+        // The control-plane node is an LB backend.
+        let cfg = exec(
+            &docker,
+            &format!("{name}-lb"),
+            "cat /usr/local/etc/haproxy/haproxy.cfg",
+        )
+        .await
+        .1;
+        assert!(cfg.contains(&format!("server {cp_container} ")), "{cfg}");
+
+        // The MachineDeployment's Machines are provisioned; core copies our providerID.
+        let machines = capi_api(&env, &ns, "cluster.x-k8s.io", "Machine");
+        eventually(
+            LONG,
+            "2 workers provisioned with providerIDs on their Machines",
+            || async {
+                let workers: Vec<_> = docker_machines(&env, &ns)
+                    .await
+                    .into_iter()
+                    .filter(|dm| !is_cp(dm) && dm.spec.provider_id.is_some())
+                    .collect();
+                let mut matched = 0;
+                for dm in &workers {
+                    let owner = dm
+                        .owner_references()
+                        .iter()
+                        .find(|o| o.kind == "Machine")?
+                        .name
+                        .clone();
+                    let m = machines.get(&owner).await.ok()?;
+                    if m.data["spec"]["providerID"].as_str() == dm.spec.provider_id.as_deref() {
+                        matched += 1;
+                    }
+                }
+                (matched == 2).then_some(())
+            },
+        )
+        .await;
+        assert_eq!(worker_containers(&name, &ns).await, 2);
+
+        // Pausing the Cluster pauses us.
+        clusters
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"paused": true}})),
+            )
+            .await
+            .unwrap();
+        eventually(LONG, "Paused conditions", || async {
+            let dc_paused = env.docker_cluster(&ns, &name).await.is_some_and(|dc| {
+                is_true(
+                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    "Paused",
+                )
+            });
+            let dms = docker_machines(&env, &ns).await;
+            let all_paused = dms.iter().all(|dm| {
+                is_true(
+                    dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    "Paused",
+                )
+            });
+            (dc_paused && all_paused && !dms.is_empty()).then_some(())
+        })
+        .await;
+        clusters
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"paused": false}})),
+            )
+            .await
+            .unwrap();
+
+        // Scaling the MachineDeployment adds and removes node containers.
+        let mds = capi_api(&env, &ns, "cluster.x-k8s.io", "MachineDeployment");
+        let md = format!("{name}-md-0");
+        mds.patch(
+            &md,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+        eventually(LONG, "3 worker containers", || async {
+            (worker_containers(&name, &ns).await == 3).then_some(())
+        })
+        .await;
+        mds.patch(
+            &md,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+        eventually(LONG, "1 worker container", || async {
+            (worker_containers(&name, &ns).await == 1).then_some(())
+        })
+        .await;
+
+        // Deleting the Cluster removes every object and every container of the cluster.
+        kubectl(
+            &["delete", "cluster", &name, "-n", &ns, "--wait=false"],
+            None,
+        );
+        eventually(Duration::from_secs(300), "everything deleted", || async {
+            let gone = clusters.get_opt(&name).await.unwrap().is_none()
+                && env.docker_cluster(&ns, &name).await.is_none()
+                && docker_machines(&env, &ns).await.is_empty()
+                && machines
+                    .list(&ListParams::default())
+                    .await
+                    .unwrap()
+                    .items
+                    .is_empty()
+                && cluster_containers(&name, &ns).await.is_empty();
+            gone.then_some(())
+        })
+        .await;
+        let _ = Api::<DockerCluster>::namespaced(env.client.clone(), &ns);
+    })
+    .await;
+}
