@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The full test suite, from a fresh machine: installs and starts everything it needs (Docker
+# Engine, local images, kube-apiserver/etcd and the CAPI managers built from the Go module proxy),
+# then runs formatting and lint checks, unit tests, integration tests against the real API server
+# and Docker Engine, the packaging checks and the end-to-end test driven by the real Cluster API.
+#   hack/test.sh            # everything
+#   KEEP_PLANE=0 hack/test.sh   # also stop the local plane at the end (default: leave it up)
+source "$(dirname "$0")/lib.sh"
+cd "$REPO_ROOT"
+
+start=$SECONDS
+step() { log "[$((SECONDS - start))s] $*"; }
+
+step "Docker Engine"
+hack/docker-engine.sh
+step "local images (HAProxy load balancer, light node)"
+hack/images.sh
+step "local management plane (etcd, kube-apiserver, CRDs)"
+hack/plane.sh up
+export CAPD_RS_KUBECONFIG="$KUBECONFIG_PATH"
+
+step "format and lint"
+cargo fmt --check
+cargo clippy --all-targets --locked -- -D warnings
+
+# Integration tests create CAPI objects by hand, so they run before the CAPI managers start.
+hack/capi.sh down >/dev/null 2>&1 || true
+step "unit tests, CRD tests, Docker adapter tests, controller integration tests"
+cargo test --locked --lib --bins --test crds --test docker_engine --test controllers
+
+step "CAPI core, kubeadm bootstrap and kubeadm control-plane managers"
+hack/capi.sh up
+step "end-to-end test driven by the real Cluster API"
+cargo test --locked --test e2e
+
+step "packaging checks (components, clusterctl, container image)"
+hack/test-packaging.sh
+
+if [[ "${KEEP_PLANE:-1}" == 0 ]]; then
+  hack/capi.sh down
+  hack/plane.sh down
+fi
+step "all tests passed"
