@@ -218,6 +218,68 @@ impl TestEnv {
             });
     }
 
+    /// Delete every object in this test's namespaces (`<id>-*`), finalizers first: with the
+    /// manager stopped nobody else would remove them, and a later manager watching all
+    /// namespaces (the demo) must not find them. Then the namespaces themselves.
+    pub async fn cleanup_objects(&self) {
+        let namespaces = Api::<Namespace>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default();
+        let kinds = [
+            ("cluster.x-k8s.io", "v1beta2", "MachineDeployment"),
+            ("cluster.x-k8s.io", "v1beta2", "MachineSet"),
+            (
+                "controlplane.cluster.x-k8s.io",
+                "v1beta2",
+                "KubeadmControlPlane",
+            ),
+            ("cluster.x-k8s.io", "v1beta2", "Machine"),
+            ("bootstrap.cluster.x-k8s.io", "v1beta2", "KubeadmConfig"),
+            (
+                "infrastructure.cluster.x-k8s.io",
+                "v1beta2",
+                "DockerMachine",
+            ),
+            (
+                "infrastructure.cluster.x-k8s.io",
+                "v1beta2",
+                "DockerCluster",
+            ),
+            ("cluster.x-k8s.io", "v1beta2", "Cluster"),
+        ];
+        for ns in namespaces
+            .iter()
+            .map(|n| n.name_any())
+            .filter(|n| n.starts_with(&format!("{}-", self.id)))
+        {
+            for (group, version, kind) in kinds {
+                let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+                let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &ns, &ar);
+                for obj in api
+                    .list(&Default::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                {
+                    let name = obj.name_any();
+                    let _ = api
+                        .patch(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+                        )
+                        .await;
+                    let _ = api.delete(&name, &DeleteParams::background()).await;
+                }
+            }
+            let _ = Api::<Namespace>::all(self.client.clone())
+                .delete(&ns, &DeleteParams::background())
+                .await;
+        }
+    }
+
     /// Run the test body, then always clean up (containers, network, manager), then report.
     pub async fn run<F, Fut>(mut self, body: F)
     where
@@ -235,6 +297,7 @@ impl TestEnv {
         if let Some(m) = self.manager.as_mut() {
             m.terminate();
         }
+        self.cleanup_objects().await;
         self.cleanup_docker().await;
         if let Err(e) = result {
             eprintln!("---- manager log ({}) ----\n{}", self.id, tail(&logs, 150));
