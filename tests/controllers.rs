@@ -147,36 +147,22 @@ async fn cluster_and_machines_lifecycle() {
             assert_eq!(info.labels[labels::OWNER_UID], dm.uid().unwrap());
             assert_eq!(info.labels[TEST_LABEL], env.id);
             // write_files (plain, base64, gzip+base64) and runcmd really ran inside.
-            assert_eq!(
-                exec(&docker, &container, "cat /etc/capd-test/plain.txt")
-                    .await
-                    .1,
-                "written by write_files"
-            );
-            assert_eq!(
-                exec(&docker, &container, "stat -c %a /etc/capd-test/plain.txt")
-                    .await
-                    .1,
-                "640"
-            );
-            assert_eq!(
-                exec(&docker, &container, "cat /etc/capd-test/encoded.txt")
-                    .await
-                    .1,
-                "decoded from base64"
-            );
-            assert_eq!(
-                exec(&docker, &container, "cat /etc/capd-test/compressed.txt")
-                    .await
-                    .1,
-                "decompressed from gzip base64"
-            );
-            assert_eq!(
-                exec(&docker, &container, "cat /etc/capd-test/runcmd.txt")
-                    .await
-                    .1,
-                "ran by runcmd"
-            );
+            for (script, expected) in [
+                ("cat /etc/capd-test/plain.txt", "written by write_files"),
+                ("stat -c %a /etc/capd-test/plain.txt", "640"),
+                ("cat /etc/capd-test/encoded.txt", "decoded from base64"),
+                (
+                    "cat /etc/capd-test/compressed.txt",
+                    "decompressed from gzip base64",
+                ),
+                ("cat /etc/capd-test/runcmd.txt", "ran by runcmd"),
+            ] {
+                assert_eq!(
+                    exec(&docker, &container, script).await.1,
+                    expected,
+                    "{container}: {script}"
+                );
+            }
         }
         assert_eq!(
             inspect(&docker, &cp).await.unwrap().labels[labels::KIND_ROLE],

@@ -57,22 +57,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl BootstrapTasks {
     /// The state of `uid`'s bootstrap. A finished task is removed when its result is read.
     pub fn poll(&self, uid: &str) -> TaskState {
-        let mut tasks = lock(&self.tasks);
-        let Some(task) = tasks.get(uid) else {
-            return TaskState::NotStarted;
-        };
-        let done = lock(&task.result).clone();
-        if let Some(done) = done {
-            tasks.remove(uid);
-            return TaskState::Finished(done);
+        let state = self.poll_peek(uid);
+        if matches!(state, TaskState::Finished(_)) {
+            lock(&self.tasks).remove(uid);
         }
-        let (step, description) = lock(&task.progress).clone();
-        TaskState::Running {
-            step,
-            total: task.total,
-            description,
-            elapsed: task.started.elapsed(),
-        }
+        state
     }
 
     /// Like [`Self::poll`] but never consumes a finished result.

@@ -689,34 +689,28 @@ fn pick_network<'a>(
     networks.iter().min_by(|a, b| a.0.cmp(b.0)).map(|(_, e)| e)
 }
 
-fn state_from_inspect(s: ContainerStateStatusEnum) -> Option<ContainerState> {
-    use ContainerStateStatusEnum as S;
+/// Container states as the engine spells them (inspect and list use separate enums with the
+/// same strings).
+fn state_from_str(s: &str) -> Option<ContainerState> {
     Some(match s {
-        S::EMPTY => return None,
-        S::CREATED => ContainerState::Created,
-        S::RUNNING => ContainerState::Running,
-        S::PAUSED => ContainerState::Paused,
-        S::RESTARTING => ContainerState::Restarting,
-        S::REMOVING => ContainerState::Removing,
-        S::EXITED => ContainerState::Exited,
-        S::DEAD => ContainerState::Dead,
-        S::STOPPING => ContainerState::Unknown,
+        "" => return None,
+        "created" => ContainerState::Created,
+        "running" => ContainerState::Running,
+        "paused" => ContainerState::Paused,
+        "restarting" => ContainerState::Restarting,
+        "removing" => ContainerState::Removing,
+        "exited" => ContainerState::Exited,
+        "dead" => ContainerState::Dead,
+        _ => ContainerState::Unknown,
     })
 }
 
+fn state_from_inspect(s: ContainerStateStatusEnum) -> Option<ContainerState> {
+    state_from_str(s.as_ref())
+}
+
 fn state_from_summary(s: ContainerSummaryStateEnum) -> Option<ContainerState> {
-    use ContainerSummaryStateEnum as S;
-    Some(match s {
-        S::EMPTY => return None,
-        S::CREATED => ContainerState::Created,
-        S::RUNNING => ContainerState::Running,
-        S::PAUSED => ContainerState::Paused,
-        S::RESTARTING => ContainerState::Restarting,
-        S::REMOVING => ContainerState::Removing,
-        S::EXITED => ContainerState::Exited,
-        S::DEAD => ContainerState::Dead,
-        S::STOPPING => ContainerState::Unknown,
-    })
+    state_from_str(s.as_ref())
 }
 
 fn host_ports_from_map(ports: Option<&PortMap>) -> BTreeMap<String, u16> {
