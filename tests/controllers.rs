@@ -686,3 +686,111 @@ async fn same_cluster_name_in_two_namespaces_stays_separate() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_waits_with_reasons_and_proceeds_on_watch_events() {
+    let mut env = TestEnv::new("waits").await;
+    env.start_manager(&[], None);
+    let port = env.manager.as_ref().unwrap().health_port;
+    let r = TestEnvRef {
+        id: env.id.clone(),
+        client: env.client.clone(),
+        network: env.network.clone(),
+        health_port: port,
+    };
+    let ns = r.namespace("a").await;
+    let name = format!("{}-c", env.id);
+    let reason_of = |dm: Option<DockerMachine>| {
+        dm.and_then(|dm| {
+            condition(
+                dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                "ContainerProvisioned",
+            )
+            .map(|c| c.reason.clone())
+        })
+    };
+
+    // Cluster infrastructure not provisioned yet (CAPI core has not said so).
+    let cluster = r.create_cluster(&ns, &name, false).await;
+    r.create_docker_cluster(&ns, &cluster, json!({})).await;
+    r.create_machine(&ns, &name, &format!("{name}-cp"), true, None, node_spec())
+        .await;
+    r.create_machine(&ns, &name, &format!("{name}-w"), false, None, node_spec())
+        .await;
+    let dm = format!("{name}-cp");
+    eventually(LONG, "WaitingForClusterInfrastructureReady", || async {
+        (reason_of(r.docker_machine(&ns, &dm).await).as_deref()
+            == Some("WaitingForClusterInfrastructureReady"))
+        .then_some(())
+    })
+    .await;
+
+    // Cluster status change -> the machines move on without a resync (10 min).
+    r.mark_infrastructure_provisioned(&ns, &name).await;
+    eventually(
+        Duration::from_secs(20),
+        "WaitingForBootstrapData after the Cluster changed",
+        || async {
+            (reason_of(r.docker_machine(&ns, &dm).await).as_deref()
+                == Some("WaitingForBootstrapData"))
+            .then_some(())
+        },
+    )
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "worker waits for the control plane",
+        || async {
+            (reason_of(r.docker_machine(&ns, &format!("{name}-w")).await).as_deref()
+                == Some("WaitingForControlPlaneInitialized"))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // Machine change (bootstrap data appears) -> provisioned promptly.
+    r.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
+    r.set_machine_secret(&ns, &dm, "boot").await;
+    eventually(
+        Duration::from_secs(30),
+        "provisioned after dataSecretName appeared",
+        || async {
+            r.docker_machine(&ns, &dm)
+                .await
+                .filter(|dm| dm.spec.provider_id.is_some())
+        },
+    )
+    .await;
+
+    // Health, readiness and metrics are served; SIGTERM ends the manager cleanly.
+    for path in ["healthz", "readyz"] {
+        let resp = reqwest::get(format!("http://127.0.0.1:{port}/{path}"))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "/{path}");
+    }
+    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for family in [
+        "capd_reconcile_total",
+        "capd_reconcile_duration_seconds",
+        "capd_docker_api_calls",
+    ] {
+        assert!(metrics.contains(family), "{family} missing from /metrics");
+    }
+    let status = env
+        .manager
+        .as_mut()
+        .unwrap()
+        .terminate()
+        .expect("manager exits within 10s of SIGTERM");
+    assert!(
+        status.success(),
+        "manager exit status after SIGTERM: {status:?}"
+    );
+    env.run(|_| async {}).await;
+}
