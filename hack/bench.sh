@@ -13,6 +13,7 @@
 #   BENCH_TIMEOUT   seconds to wait for all DockerMachines provisioned (default 100 + 10*N)
 #   BENCH_IMAGE     node image (default capd-rs/node:light)
 #   BENCH_MANAGER_ARGS  extra manager flags (word-split), e.g. "--docker-machine-concurrency=10"
+#   BENCH_IDLE      seconds of steady state observed after provisioning (default 10)
 #   BENCH_KEEP_LOGS=1   keep the manager logs even on success (always kept on failure)
 # Progress goes to stderr with timestamps; the table to stdout and $BENCH_OUT.
 # Traffic: only 127.0.0.1 (plane apiserver, manager /metrics) and the containers created here.
@@ -25,6 +26,7 @@ for n in "${NS_LIST[@]}"; do
 done
 
 BENCH_OUT=${BENCH_OUT:-$REPO_ROOT/target/bench.md}
+IDLE=${BENCH_IDLE:-10}
 BENCH_IMAGE=${BENCH_IMAGE:-capd-rs/node:light}
 LB_IMAGE=${LB_IMAGE:-kindest/haproxy:v20230606-42a2262b}
 read -r -a EXTRA_ARGS <<<"${BENCH_MANAGER_ARGS:-}"
@@ -71,7 +73,21 @@ reconcile_errors() { awk '/^capd_reconcile_errors_total\{/ { sub(/^capd_reconcil
 
 # ---- per-run state (used by the EXIT trap) ----------------------------------------------------
 
-ID="" NS="" MANAGER_PID="" MANAGER_LOG="" PORT=""
+ID="" NS="" MANAGER_PID="" MANAGER_LOG="" PORT="" APPLY_PID=""
+WATCH_PIDS=()
+WATCHED=(clusters.cluster.x-k8s.io dockerclusters machines.cluster.x-k8s.io dockermachines)
+
+# Stop the kubectl watches and a still-running apply (only processes this script started).
+stop_watches() {
+  local pid
+  # The apply runs in a subshell: its kubectl child first.
+  [[ -z $APPLY_PID ]] || pkill -P "$APPLY_PID" 2>/dev/null || true
+  for pid in "${WATCH_PIDS[@]}" ${APPLY_PID:+"$APPLY_PID"}; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  WATCH_PIDS=() APPLY_PID=""
+}
 
 stop_manager() {
   [[ -n $MANAGER_PID ]] || return 0
@@ -161,6 +177,7 @@ strip_finalizers() {
 # Teardown of one run, also on error/interrupt.
 teardown() {
   local timeout=${1:-180}
+  stop_watches
   cleanup_objects "$timeout"
   stop_manager
   cleanup_docker
@@ -374,19 +391,41 @@ run_one() {
   local m_before
   m_before=$(metrics "$PORT") || fail "cannot read metrics"
 
+  # Count the watch events of the related objects during the machine phase (they drive the
+  # DockerMachine reconciles through the controller's watches).
+  local r
+  for r in "${WATCHED[@]}"; do
+    "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" -n "$NS" get "$r" --watch-only -o name >"$work/watch-$r" 2>/dev/null &
+    WATCH_PIDS+=($!)
+  done
+  sleep 1
+
   say "applying $N DockerMachines; waiting up to ${timeout}s for all provisioned"
-  local t0 t_first="" t_half="" done_count=0 last_report=$SECONDS
+  local t0 t_first="" t_half="" t_applied="" t_all="" done_count=0 last_report=$SECONDS
   t0=$(now)
-  k apply -f "$work/dockermachines.yaml" >/dev/null || fail "cannot apply DockerMachines ($work/dockermachines.yaml)"
-  local t_applied
-  t_applied=$(now)
+  # In the background, so that provisioning is observed while kubectl is still creating objects.
+  (
+    rc=0
+    k apply -f "$work/dockermachines.yaml" >"$work/apply.out" 2>&1 || rc=$?
+    now >"$work/apply.end"
+    echo "$rc" >"$work/apply.rc"
+  ) &
+  APPLY_PID=$!
   deadline=$((SECONDS + timeout))
   while :; do
+    if [[ -z $t_applied && -s $work/apply.rc ]]; then
+      [[ $(<"$work/apply.rc") == 0 ]] || fail "kubectl apply of the DockerMachines failed: $(<"$work/apply.out")"
+      t_applied=$(elapsed "$t0" "$(<"$work/apply.end")")
+      say "  kubectl apply of $N DockerMachines returned after ${t_applied}s"
+      wait "$APPLY_PID" 2>/dev/null || true
+      APPLY_PID=""
+    fi
     done_count=$(k -n "$NS" get dockermachines \
       -o jsonpath='{range .items[*]}{.status.initialization.provisioned}{"\n"}{end}' 2>/dev/null | grep -c '^true$' || true)
     if [[ -z $t_first ]] && ((done_count >= 1)); then t_first=$(elapsed "$t0" "$(now)"); fi
     if [[ -z $t_half ]] && ((done_count * 2 >= N)); then t_half=$(elapsed "$t0" "$(now)"); fi
-    ((done_count >= N)) && break
+    if [[ -z $t_all ]] && ((done_count >= N)); then t_all=$(elapsed "$t0" "$(now)"); fi
+    [[ -n $t_all && -n $t_applied ]] && break
     kill -0 "$MANAGER_PID" 2>/dev/null || fail "manager died while provisioning; see $MANAGER_LOG"
     if ((SECONDS >= deadline)); then
       k -n "$NS" get dockermachines -o custom-columns='NAME:.metadata.name,PROVISIONED:.status.initialization.provisioned,REASONS:.status.conditions[*].reason' >&2 || true
@@ -398,8 +437,7 @@ run_one() {
     fi
     sleep 0.5
   done
-  local secs
-  secs=$(elapsed "$t0" "$(now)")
+  local secs=$t_all
   # Measurements at "all provisioned".
   local m_after rss cpu calls calls_before
   m_after=$(metrics "$PORT") || fail "cannot read metrics"
@@ -407,11 +445,21 @@ run_one() {
   cpu=$(proc_cpu_s "$MANAGER_PID")
   calls=$(docker_calls_total "$m_after")
   calls_before=$(docker_calls_total "$m_before")
-  say "N=$N: all $N provisioned in ${secs}s (apply took $(elapsed "$t0" "$t_applied")s; first ${t_first}s, half ${t_half}s); peak RSS ${rss} MiB, CPU ${cpu}s, Docker calls $calls"
+  stop_watches
+  local events=""
+  for r in "${WATCHED[@]}"; do events+="${events:+, }${r%%.*}=$(wc -l <"$work/watch-$r")"; done
+  say "N=$N: all $N provisioned in ${secs}s (kubectl apply ${t_applied}s; first ${t_first}s, half ${t_half}s); peak RSS ${rss} MiB, CPU ${cpu}s, Docker calls $calls"
   ROWS+=("| $N | $secs | $rss | $cpu | $calls |")
 
-  # A few seconds of steady state: reconciles and Docker calls while nothing changes.
-  sleep 10
+  # A few seconds of steady state: reconciles, Docker calls and watch events while nothing changes.
+  for r in "${WATCHED[@]}"; do
+    "$KUBECTL" --kubeconfig "$KUBECONFIG_PATH" -n "$NS" get "$r" --watch-only -o name >"$work/idle-watch-$r" 2>/dev/null &
+    WATCH_PIDS+=($!)
+  done
+  sleep "$IDLE"
+  stop_watches
+  local idle_events=""
+  for r in "${WATCHED[@]}"; do idle_events+="${idle_events:+, }${r%%.*}=$(wc -l <"$work/idle-watch-$r")"; done
   local m_idle
   m_idle=$(metrics "$PORT") || m_idle=$m_after
   local idle_rec idle_calls
@@ -435,11 +483,13 @@ run_one() {
 
   local d
   d="### N=$N (run $ID)"$'\n\n'
-  d+="- DockerCluster provisioned in ${dc_secs}s; all $N DockerMachines provisioned ${secs}s after the apply (apply itself $(elapsed "$t0" "$t_applied")s; first ${t_first}s, half ${t_half}s)"$'\n'
-  d+="- Docker calls: $calls at provisioned ($((calls - calls_before)) for the machines = $(awk -v c=$((calls - calls_before)) -v n="$N" 'BEGIN { printf "%.1f", c / n }') per machine); $idle_calls in 10s idle afterwards; $(docker_calls_total "$m_end") by the end (after deletion)"$'\n'
-  d+="- Reconciles at provisioned: $(reconciles "$m_after" | awk '{ printf "%s%s=%s", sep, $1, $2; sep=", " }'); machine phase only: $(join_delta "$m_before" "$m_after" "$N"); $idle_rec in 10s idle"$'\n'
+  d+="- DockerCluster provisioned in ${dc_secs}s; all $N DockerMachines provisioned ${secs}s after the apply started (kubectl apply itself ${t_applied}s; first provisioned ${t_first}s, half ${t_half}s)"$'\n'
+  d+="- Docker calls: $calls at provisioned ($((calls - calls_before)) for the machines = $(awk -v c=$((calls - calls_before)) -v n="$N" 'BEGIN { printf "%.1f", c / n }') per machine); $idle_calls in ${IDLE}s idle afterwards; $(docker_calls_total "$m_end") by the end (after deletion)"$'\n'
+  d+="- Reconciles at provisioned: $(reconciles "$m_after" | awk '{ printf "%s%s=%s", sep, $1, $2; sep=", " }'); machine phase only: $(join_delta "$m_before" "$m_after" "$N"); $idle_rec in ${IDLE}s idle"$'\n'
   local errs
   errs=$(reconcile_errors "$m_end")
+  d+="- Watch events in the machine phase (apply to all provisioned): $events"$'\n'
+  d+="- Watch events in the ${IDLE}s idle period: $idle_events"$'\n'
   d+="- Reconcile errors by the end: ${errs:-none}"$'\n'
   d+="- Deletion (DockerMachines, DockerCluster, namespace) took ${del_secs}s; at the end: peak RSS ${rss_end} MiB, CPU ${cpu_end}s"$'\n'
   d+="- Docker calls per operation (at provisioned / at the end):"$'\n'
@@ -468,6 +518,10 @@ docker image inspect "$LB_IMAGE" >/dev/null 2>&1 || fail "image $LB_IMAGE missin
 say "building the manager (release)"
 (cd "$REPO_ROOT" && cargo build --release --bin manager >&2) || fail "cargo build failed"
 [[ -x $MANAGER_BIN ]] || fail "$MANAGER_BIN not built"
+# The CAPI core manager (hack/capi.sh) reacts to every Machine/Cluster change and so adds watch
+# events (and load); say whether it ran.
+CAPI_RUNNING=$("$HACK_DIR/capi.sh" status 2>/dev/null | grep -c 'readyz ok' || true)
+say "CAPI managers running: $CAPI_RUNNING/3"
 
 for n in "${NS_LIST[@]}"; do
   run_one "$n"
@@ -479,6 +533,7 @@ for r in "${ROWS[@]}"; do TABLE+="$r"$'\n'; done
 
 {
   printf '%s\n' "$TABLE"
+  printf 'CAPI managers (hack/capi.sh) running: %s/3. ' "$CAPI_RUNNING"
   printf 'Host: %s cores, %s; load average at the end %s. Whole run %ss. Measured when all DockerMachines were provisioned (RSS = VmHWM, CPU = utime+stime of the manager since its start, Docker calls = sum of capd_docker_api_calls since its start, cluster LB included).\n\n' \
     "$(nproc)" "$(date -Is)" "$(cut -d' ' -f1-3 /proc/loadavg)" "$((SECONDS - RUN_START))"
   printf '%s\n' "${DETAILS[@]}"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packaging checks: the clusterctl artifacts, the manifests and the image, against the local
 # plane (hack/plane.sh). Every check runs; the script exits non-zero if any failed.
-#   hack/test-packaging.sh [--skip-image] [--skip-plane]
+#   hack/test-packaging.sh [--skip-image] [--skip-build] [--skip-plane]
 #     --skip-image  do not build and run the manager image
+#     --skip-build  build the image from the binary already staged (hack/build-image.sh --skip-build)
 #     --skip-plane  only the offline checks (no API server)
 # Checks:
 #   render       hack/release.sh lays out a local clusterctl repository from config/default
@@ -40,11 +41,13 @@ source "$(dirname "$0")/lib.sh"
 
 SKIP_IMAGE=false
 SKIP_PLANE=false
+BUILD_ARGS=()
 for arg in "$@"; do
   case "$arg" in
     --skip-image) SKIP_IMAGE=true ;;
     --skip-plane) SKIP_PLANE=true; SKIP_IMAGE=true ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    --skip-build) BUILD_ARGS=(--skip-build) ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
     *) die "unknown argument $arg (see --help)" ;;
   esac
 done
@@ -249,7 +252,7 @@ check_template_variables() {
   [[ -n "$CLUSTERCTL" ]] || fail "no clusterctl (hack/build-binaries.sh capi builds one)"
   local flavor args
   : > "$WORK/tpl-used"
-  for flavor in "" development; do
+  while IFS= read -r flavor; do
     args=(generate cluster pkg-vars --config "$CONFIG" --infrastructure "docker:$VERSION" --list-variables --target-namespace "$TEST_NS")
     [[ -z "$flavor" ]] || args+=(--flavor "$flavor")
     # no kubeconfig: the listing must not depend on a management cluster
@@ -261,7 +264,7 @@ check_template_variables() {
     local missing
     missing=$(sort -u "$WORK/list-$flavor" | comm -23 - "$WORK/tpl-doc")
     [[ -z "$missing" ]] || fail "flavor ${flavor:-default} uses undocumented variables: $(echo $missing)"
-  done
+  done < <(flavors)
   sort -u -o "$WORK/tpl-used" "$WORK/tpl-used"
   [[ -s "$WORK/tpl-doc" ]] || fail "no '### ... templates' variable table in $VARIABLES_DOC"
   compare_sets templates "$WORK/tpl-used" "$WORK/tpl-doc"
@@ -303,42 +306,55 @@ ensure_crds() {
 
 # dry_run_flavor <flavor> <DOCKER_NODE_IMAGE or empty>
 dry_run_flavor() {
-  local flavor=$1 node_image=$2 out args
-  out=$WORK/cluster-${flavor:-default}${node_image:+-custom}.yaml
+  local flavor=$1 node_image=$2 out args tpl name=${1:-default}
+  tpl=$REPO_ROOT/templates/cluster-template${flavor:+-$flavor}.yaml
+  out=$WORK/cluster-$name${node_image:+-custom}.yaml
   args=(generate cluster pkg-test --config "$CONFIG" --infrastructure "docker:$VERSION" --target-namespace "$TEST_NS"
         --kubernetes-version "$KUBERNETES_TEST_VERSION" --control-plane-machine-count 3 --worker-machine-count 2)
   [[ -z "$flavor" ]] || args+=(--flavor "$flavor")
   if [[ -n "$node_image" ]]; then
-    DOCKER_NODE_IMAGE=$node_image "$CLUSTERCTL" "${args[@]}" > "$out" || fail "clusterctl generate cluster (flavor ${flavor:-default}) failed"
+    DOCKER_NODE_IMAGE=$node_image "$CLUSTERCTL" "${args[@]}" > "$out" || fail "clusterctl generate cluster (flavor $name) failed"
   else
     env -u DOCKER_NODE_IMAGE -u POD_CIDR -u SERVICE_CIDR -u SERVICE_DOMAIN "$CLUSTERCTL" "${args[@]}" > "$out" \
-      || fail "clusterctl generate cluster (flavor ${flavor:-default}) failed"
+      || fail "clusterctl generate cluster (flavor $name) failed"
   fi
-  ! grep -n '\${' "$out" || fail "unsubstituted variables in flavor ${flavor:-default}"
-  "$KUBECTL" apply --dry-run=server -f "$out" -o go-template='{{range .items}}{{.kind}}/{{.metadata.name}} customImage={{with .spec}}{{with .template}}{{with .spec}}{{with .customImage}}{{.}}{{end}}{{end}}{{end}}{{end}}{{"\n"}}{{end}}' > "$WORK/dry" 2>&1 \
-    || { cat "$WORK/dry"; fail "kubectl apply --dry-run=server rejected flavor ${flavor:-default}${node_image:+ with DOCKER_NODE_IMAGE}"; }
+  ! grep -n '\${' "$out" || fail "unsubstituted variables in flavor $name"
+  "$KUBECTL" apply --dry-run=server -f "$out" -o go-template='{{range .items}}{{.kind}}/{{.metadata.name}} customImage={{with .spec}}{{if .customImage}}{{.customImage}}{{end}}{{with .template}}{{with .spec}}{{with .customImage}}{{.}}{{end}}{{end}}{{end}}{{end}}{{"\n"}}{{end}}' > "$WORK/dry" 2>&1 \
+    || { cat "$WORK/dry"; fail "kubectl apply --dry-run=server rejected flavor $name${node_image:+ with DOCKER_NODE_IMAGE}"; }
   sed 's/^/    /; s/ customImage=$//' "$WORK/dry"
-  # customImage: the given image on every DockerMachineTemplate of the flavor, or absent
-  local dmt
-  dmt=$(grep '^DockerMachineTemplate/' "$WORK/dry" || true)
-  [[ -n "$dmt" ]] || fail "flavor ${flavor:-default} has no DockerMachineTemplate"
-  if [[ -n "$node_image" ]]; then
-    if [[ -z "$flavor" ]]; then
-      ! grep -v " customImage=$node_image\$" <<<"$dmt" || fail "DOCKER_NODE_IMAGE not applied to every DockerMachineTemplate"
-    else
-      grep -q "value: $node_image" "$out" || fail "DOCKER_NODE_IMAGE not passed as the customImage variable"
-    fi
-  else
-    ! grep -v ' customImage=$' <<<"$dmt" || fail "customImage must be absent when DOCKER_NODE_IMAGE is unset"
+  # DOCKER_NODE_IMAGE: a ClusterClass flavor passes it as the customImage variable; the others
+  # put it, or the template's default for it (absent when that is null or ""), on every
+  # DockerMachine(Template).
+  if grep -q '^kind: ClusterClass' "$out"; then
+    [[ -z "$node_image" ]] || grep -q "value: $node_image\$" "$out" || fail "DOCKER_NODE_IMAGE not passed as the customImage variable"
+    return 0
   fi
+  local expect=$node_image machines
+  if [[ -z "$expect" ]]; then
+    expect=$(grep -o '\${DOCKER_NODE_IMAGE:=[^}]*}' "$tpl" | head -n1 | sed 's/^\${DOCKER_NODE_IMAGE:=//; s/}$//; s/^"//; s/"$//' || true)
+    [[ "$expect" != null ]] || expect=""
+  fi
+  machines=$(grep -E '^DockerMachine(Template)?/' "$WORK/dry" || true)
+  [[ -n "$machines" ]] || fail "flavor $name has no DockerMachine or DockerMachineTemplate"
+  ! grep -v " customImage=$expect\$" <<<"$machines" \
+    || fail "flavor $name: customImage should be '${expect:-<absent>}' on every DockerMachine(Template)"
+}
+
+# The flavors: "" for cluster-template.yaml, <f> for cluster-template-<f>.yaml.
+flavors() {
+  local f
+  for f in "$REPO_ROOT"/templates/cluster-template*.yaml; do
+    f=${f##*/cluster-template}; f=${f%.yaml}; echo "${f#-}"
+  done
 }
 
 check_dry_run_templates() {
   [[ -n "$CLUSTERCTL" ]] || fail "no clusterctl (hack/build-binaries.sh capi builds one)"
-  dry_run_flavor "" ""
-  dry_run_flavor "" "example.test/node:v1.35.0"
-  dry_run_flavor development ""
-  dry_run_flavor development "example.test/node:v1.35.0"
+  local flavor
+  while IFS= read -r flavor; do
+    dry_run_flavor "$flavor" ""
+    dry_run_flavor "$flavor" "example.test/node:v1.35.0"
+  done < <(flavors)
 }
 
 # check_topology: the development flavor's Cluster validated against its ClusterClass for
@@ -406,7 +422,7 @@ EOF
 
 check_image() {
   command -v docker >/dev/null && docker info >/dev/null 2>&1 || fail "the Docker Engine is not reachable (hack/docker-engine.sh)"
-  "$REPO_ROOT/hack/build-image.sh" "$IMAGE" || fail "hack/build-image.sh failed"
+  "$REPO_ROOT/hack/build-image.sh" "${BUILD_ARGS[@]}" "$IMAGE" || fail "hack/build-image.sh failed"
   local entry user
   entry=$(docker image inspect -f '{{json .Config.Entrypoint}}' "$IMAGE")
   user=$(docker image inspect -f '{{.Config.User}}' "$IMAGE")
@@ -472,22 +488,25 @@ EOF
       code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port$path" || true)
       [[ "$code" == 200 ]] && break
       if [[ $(docker inspect -f '{{.State.Running}}' "$CONTAINER" 2>/dev/null) != true ]]; then
-        docker logs --tail 50 "$CONTAINER" 2>&1 | sed 's/^/    | /'
+        docker logs --tail 30 "$CONTAINER" 2>&1 | cut -c1-300 | sed 's/^/    | /'
         fail "the manager container exited ($(docker inspect -f 'exit code {{.State.ExitCode}}' "$CONTAINER" 2>/dev/null))"
       fi
       sleep 1
     done
     if [[ "$code" != 200 ]]; then
-      docker logs --tail 50 "$CONTAINER" 2>&1 | sed 's/^/    | /'
+      docker logs --tail 30 "$CONTAINER" 2>&1 | cut -c1-300 | sed 's/^/    | /'
+      if grep -Eiq 'forbidden|\b403\b' <<<"$(docker logs "$CONTAINER" 2>&1)"; then
+        fail "$path answered '$code' after 60s and the log shows permission errors: config/rbac lacks a permission the manager uses"
+      fi
       fail "$path answered '$code' after 60s, want 200 (the Deployment's probes use it)"
     fi
     echo "    $path 200"
   done
   echo "    /metrics $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/metrics")"
-  sleep 3
+  sleep 5   # let the controllers start their watches
   docker logs "$CONTAINER" > "$WORK/manager.log" 2>&1
   if grep -Eiq 'forbidden|\b403\b' "$WORK/manager.log"; then
-    grep -Ei 'forbidden|\b403\b' "$WORK/manager.log" | head -10 | sed 's/^/    | /'
+    grep -Ei 'forbidden|\b403\b' "$WORK/manager.log" | head -10 | cut -c1-300 | sed 's/^/    | /'
     fail "the manager hit permission errors with the RBAC of config/rbac"
   fi
   "$KUBECTL" get lease -n "$TEST_NS" "$LEASE" >/dev/null 2>&1 \

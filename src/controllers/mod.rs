@@ -8,6 +8,7 @@ pub mod error;
 pub mod load_balancer;
 pub mod mappers;
 pub mod patch;
+pub mod predicates;
 
 use std::{future::Future, sync::Arc, time::Instant};
 
@@ -15,10 +16,10 @@ use futures::{Stream, StreamExt};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
-        Controller,
+        Controller, WatchStreamExt,
         controller::{Action, Config as ControllerConfig},
-        reflector::ObjectRef,
-        watcher::Config as WatcherConfig,
+        reflector::{self, ObjectRef},
+        watcher::{self, Config as WatcherConfig},
     },
 };
 use serde::de::DeserializeOwned;
@@ -87,10 +88,15 @@ pub async fn run<S, C, M>(
     let client = ctx.client.clone();
     let wc = scope.watcher();
 
-    let clusters = Controller::new(scope.api::<DockerCluster>(&client), wc.clone())
-        .watches(
-            scope.api::<Cluster>(&client),
-            wc.clone(),
+    let (dc_store, dc_writer) = reflector::store();
+    let dc_stream = watcher::watcher(scope.api::<DockerCluster>(&client), wc.clone())
+        .default_backoff()
+        .reflect(dc_writer)
+        .applied_objects()
+        .predicate_filter(predicates::own, Default::default());
+    let clusters = Controller::for_stream(dc_stream, dc_store)
+        .watches_stream(
+            filtered(scope.api::<Cluster>(&client), &wc, predicates::cluster),
             mappers::cluster_to_docker_cluster,
         )
         .reconcile_on(triggers.clusters)
@@ -103,20 +109,30 @@ pub async fn run<S, C, M>(
         )
         .for_each(|r| async move { log_result("DockerCluster", r) });
 
-    let machines = Controller::new(scope.api::<DockerMachine>(&client), wc.clone());
-    let (by_cluster, by_docker_cluster) = (machines.store(), machines.store());
-    let machines = machines
-        .watches(
-            scope.api::<Machine>(&client),
-            wc.clone(),
+    let (dm_store, dm_writer) = reflector::store();
+    let dm_stream = watcher::watcher(scope.api::<DockerMachine>(&client), wc.clone())
+        .default_backoff()
+        .reflect(dm_writer)
+        .applied_objects()
+        .predicate_filter(predicates::own, Default::default());
+    let (by_cluster, by_docker_cluster) = (dm_store.clone(), dm_store.clone());
+    let machines = Controller::for_stream(dm_stream, dm_store)
+        .watches_stream(
+            filtered(scope.api::<Machine>(&client), &wc, predicates::machine),
             mappers::machine_to_docker_machine,
         )
-        .watches(scope.api::<Cluster>(&client), wc.clone(), move |c| {
-            mappers::cluster_to_docker_machines(&by_cluster, &c)
-        })
-        .watches(scope.api::<DockerCluster>(&client), wc, move |dc| {
-            mappers::docker_cluster_to_docker_machines(&by_docker_cluster, &dc)
-        })
+        .watches_stream(
+            filtered(scope.api::<Cluster>(&client), &wc, predicates::cluster),
+            move |c| mappers::cluster_to_docker_machines(&by_cluster, &c),
+        )
+        .watches_stream(
+            filtered(
+                scope.api::<DockerCluster>(&client),
+                &wc,
+                predicates::docker_cluster,
+            ),
+            move |dc| mappers::docker_cluster_to_docker_machines(&by_docker_cluster, &dc),
+        )
         .reconcile_on(triggers.machines)
         .with_config(ControllerConfig::default().concurrency(scope.machine_concurrency))
         .graceful_shutdown_on(shutdown)
@@ -128,6 +144,21 @@ pub async fn run<S, C, M>(
         .for_each(|r| async move { log_result("DockerMachine", r) });
 
     futures::join!(clusters, machines);
+}
+
+/// Related objects are watched through a predicate: only changes of fields we read trigger.
+fn filtered<K>(
+    api: Api<K>,
+    wc: &WatcherConfig,
+    predicate: fn(&K) -> Option<u64>,
+) -> impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    watcher::watcher(api, wc.clone())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(predicate, Default::default())
 }
 
 fn log_result<T: std::fmt::Debug, E: std::fmt::Display>(kind: &str, r: std::result::Result<T, E>) {

@@ -162,6 +162,10 @@ impl Flags {
         if self.docker_host.as_deref() == Some("") {
             self.docker_host = None;
         }
+        // Go-style ":9440" (what kubebuilder manifests pass) means all interfaces.
+        if self.health_addr.starts_with(':') {
+            self.health_addr = format!("0.0.0.0{}", self.health_addr);
+        }
         self
     }
 }
@@ -191,6 +195,12 @@ mod tests {
         assert_eq!(s.bootstrap_timeout, Duration::from_secs(90));
         assert_eq!(f.scope().machine_concurrency, 7);
         assert!(f.leader_elect);
+    }
+
+    #[test]
+    fn go_style_listen_address() {
+        let f = Flags::parse_from(["manager", "--health-addr=:9440"]).resolve_env_fallbacks();
+        assert_eq!(f.health_addr, "0.0.0.0:9440");
     }
 
     #[test]

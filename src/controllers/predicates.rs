@@ -1,0 +1,122 @@
+//! Which changes of a watched object are worth a reconcile: a hash of exactly the fields our
+//! reconcilers read. CAPI core rewrites Cluster and Machine status (conditions) often; without
+//! these filters every such write fans out to every DockerMachine of the cluster (measured: ~22
+//! reconciles per machine while 50 machines came up, and ~5 per second at rest).
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use kube::ResourceExt;
+
+use crate::{
+    api::DockerCluster,
+    capi::{Cluster, Machine},
+};
+
+fn hash(value: impl Hash) -> Option<u64> {
+    let mut h = DefaultHasher::new();
+    value.hash(&mut h);
+    Some(h.finish())
+}
+
+/// A Machine matters for its spec (bootstrap data, version, failure domain), labels and deletion.
+pub fn machine(m: &Machine) -> Option<u64> {
+    hash((
+        m.metadata.generation,
+        m.labels(),
+        m.metadata.deletion_timestamp.is_some(),
+        m.data_secret_name(),
+    ))
+}
+
+/// A Cluster matters for its spec (paused, network, references) and the two initialization
+/// facts of its status.
+pub fn cluster(c: &Cluster) -> Option<u64> {
+    hash((
+        c.metadata.generation,
+        c.spec.paused,
+        c.infrastructure_provisioned(),
+        c.control_plane_initialized(),
+        c.metadata.deletion_timestamp.is_some(),
+    ))
+}
+
+/// A DockerCluster matters to its machines for its spec (LB settings) and labels, not status.
+pub fn docker_cluster(dc: &DockerCluster) -> Option<u64> {
+    hash((
+        dc.metadata.generation,
+        dc.labels(),
+        dc.metadata.deletion_timestamp.is_some(),
+    ))
+}
+
+/// Our own objects matter for spec, labels, annotations (paused, managed-by), owner references
+/// (CAPI sets the owner after creating them), finalizers and deletion; not for the status we
+/// write ourselves (that would only echo our own patches).
+pub fn own<K: kube::Resource>(obj: &K) -> Option<u64> {
+    let meta = obj.meta();
+    hash((
+        meta.generation,
+        &meta.labels,
+        &meta.annotations,
+        meta.owner_references
+            .as_ref()
+            .map(|o| o.iter().map(|r| &r.uid).collect::<Vec<_>>()),
+        &meta.finalizers,
+        meta.deletion_timestamp.is_some(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capi::{
+        CapiCondition, ClusterInitialization, ClusterSpec, ClusterStatus, MachineSpec,
+    };
+
+    #[test]
+    fn cluster_status_noise_is_ignored_but_facts_are_not() {
+        let mut c = Cluster::new("c", ClusterSpec::default());
+        c.metadata.generation = Some(1);
+        let base = cluster(&c);
+        c.status = Some(ClusterStatus {
+            conditions: Some(vec![CapiCondition {
+                type_: "WorkersAvailable".into(),
+                status: "False".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert_eq!(cluster(&c), base, "an unrelated condition is noise");
+        c.status.as_mut().unwrap().initialization = Some(ClusterInitialization {
+            infrastructure_provisioned: Some(true),
+            ..Default::default()
+        });
+        assert_ne!(cluster(&c), base, "infrastructure provisioned matters");
+        let provisioned = cluster(&c);
+        c.spec.paused = Some(true);
+        assert_ne!(cluster(&c), provisioned, "pausing matters");
+    }
+
+    #[test]
+    fn own_status_is_an_echo_but_annotations_are_not() {
+        let mut dc = DockerCluster::new("c", Default::default());
+        let base = own(&dc);
+        dc.status = Some(Default::default());
+        assert_eq!(own(&dc), base);
+        dc.metadata.annotations =
+            Some([(crate::capi::PAUSED_ANNOTATION.to_string(), String::new())].into());
+        assert_ne!(own(&dc), base);
+    }
+
+    #[test]
+    fn machine_bootstrap_data_and_labels_matter() {
+        let mut m = Machine::new("m", MachineSpec::default());
+        let base = machine(&m);
+        m.status = Some(Default::default());
+        assert_eq!(machine(&m), base);
+        m.spec.bootstrap = Some(crate::capi::Bootstrap {
+            data_secret_name: Some("s".into()),
+            ..Default::default()
+        });
+        assert_ne!(machine(&m), base);
+    }
+}
