@@ -26,9 +26,9 @@ use serde_json::json;
 const LONG: Duration = Duration::from_secs(180);
 const WORKER_BOOTSTRAP: &str = include_str!("fixtures/bootstrap-ok.yaml");
 
+/// A binary built by `hack/build-binaries.sh`.
 fn bin(rel: &str) -> String {
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    format!("{home}/.cache/capd-rs/bin/{rel}")
+    cache_dir().join("bin").join(rel).display().to_string()
 }
 
 fn kubectl(args: &[&str], stdin: Option<&str>) -> String {

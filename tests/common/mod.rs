@@ -37,13 +37,25 @@ pub const NODE_IMAGE: &str = "capd-rs/node:light";
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// The hack/ scripts' cache (binaries, plane state): `$CAPD_RS_CACHE`, else `~/.cache/capd-rs`,
+/// as in `hack/lib.sh`.
+pub fn cache_dir() -> PathBuf {
+    match std::env::var("CAPD_RS_CACHE") {
+        Ok(dir) => dir.into(),
+        Err(_) => PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+            .join(".cache/capd-rs"),
+    }
+}
+
 /// The plane's kubeconfig: `$CAPD_RS_KUBECONFIG`, else where `hack/plane.sh up` writes it.
 pub fn kubeconfig_path() -> PathBuf {
     if let Ok(p) = std::env::var("CAPD_RS_KUBECONFIG") {
         return p.into();
     }
-    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    PathBuf::from(home).join(".cache/capd-rs/plane/kubeconfig")
+    let plane = std::env::var("CAPD_RS_PLANE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| cache_dir().join("plane"));
+    plane.join("kubeconfig")
 }
 
 /// A client for the local plane. Panics (the test fails, never skips) when it is not up.
