@@ -128,6 +128,8 @@ cleanup_docker() {
 cleanup_objects() {
   local timeout=$1
   [[ -n $NS ]] || return 0
+  # Without a live manager nobody removes the finalizers: do not wait long for that.
+  [[ -n $MANAGER_PID ]] && kill -0 "$MANAGER_PID" 2>/dev/null || timeout=5
   k get namespace "$NS" >/dev/null 2>&1 || return 0
   say "deleting DockerMachines in $NS"
   k -n "$NS" delete dockermachines --all --wait=false >/dev/null 2>&1 || true
@@ -332,7 +334,7 @@ ROWS=() DETAILS=()
 run_one() {
   N=$1
   local timeout=${BENCH_TIMEOUT:-$((100 + 10 * N))}
-  ID="bench$((RANDOM % 1000))n$N"
+  ID="bench$((($$ * 100 + RANDOM % 100) % 100000))n$N"
   NS="$ID"
   CLUSTER="$ID"
   PORT=$(free_tcp_port)
@@ -342,7 +344,10 @@ run_one() {
   say "=== N=$N: run id $ID, namespace $NS, network $network, timeout ${timeout}s, load $(cut -d' ' -f1-3 /proc/loadavg)"
   cleanup_docker # nothing should carry a fresh id; be sure
 
-  "$MANAGER_BIN" \
+  # setsid: a ^C in the terminal reaches this script only; the manager must live on to honour
+  # the finalizers while the trap deletes the objects. (Not a group leader here, so setsid execs
+  # in place and $! is the manager's own pid.)
+  setsid "$MANAGER_BIN" \
     --kubeconfig="$KUBECONFIG_PATH" \
     --watch-filter="$ID" \
     --container-label="$LABEL_KEY=$ID" \

@@ -83,6 +83,8 @@ impl BootstrapTasks {
     }
 
     /// Start running `steps` in `container` with a deadline. No-op if one is already running.
+    /// `on_finish` runs once the result is recorded (it wakes the machine's reconcile, so the
+    /// result is picked up at once rather than at the next poll).
     pub fn start(
         &self,
         uid: &str,
@@ -90,6 +92,7 @@ impl BootstrapTasks {
         container: String,
         steps: Vec<Step>,
         timeout: Duration,
+        on_finish: impl FnOnce() + Send + 'static,
     ) {
         let mut tasks = lock(&self.tasks);
         if tasks.contains_key(uid) {
@@ -119,6 +122,7 @@ impl BootstrapTasks {
             };
             info!(%container, result = ?finished_label(&finished), "bootstrap finished");
             *lock(&r) = Some(finished);
+            on_finish();
         });
         tasks.insert(
             uid.to_string(),

@@ -5,10 +5,12 @@ use std::{
     time::Duration,
 };
 
-use kube::Client;
+use futures::channel::mpsc::UnboundedSender;
+use kube::{Client, runtime::reflector::ObjectRef};
 
 use super::{backoff::Backoff, bootstrap_tasks::BootstrapTasks};
 use crate::{
+    api::DockerMachine,
     docker::{ContainerRuntime, NodePrivilege},
     telemetry::Metrics,
 };
@@ -49,6 +51,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub bootstraps: BootstrapTasks,
+    /// Wakes a DockerMachine's reconcile from background work (a finished bootstrap).
+    pub wake: UnboundedSender<ObjectRef<DockerMachine>>,
     /// One lock per cluster around haproxy.cfg rewrites, so two machines never interleave them.
     lb_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -59,6 +63,7 @@ impl Context {
         runtime: Arc<dyn ContainerRuntime>,
         settings: Settings,
         metrics: Arc<Metrics>,
+        wake: UnboundedSender<ObjectRef<DockerMachine>>,
     ) -> Self {
         Self {
             client,
@@ -67,6 +72,7 @@ impl Context {
             metrics,
             backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(120)),
             bootstraps: BootstrapTasks::default(),
+            wake,
             lb_locks: Mutex::new(HashMap::new()),
         }
     }

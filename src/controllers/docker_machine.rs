@@ -6,7 +6,10 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, ResourceExt, runtime::controller::Action};
+use kube::{
+    Api, ResourceExt,
+    runtime::{controller::Action, reflector::ObjectRef},
+};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -610,12 +613,18 @@ async fn bootstrap_step(
             };
             let total = steps.len();
             let timeout = i.dm.bootstrap_timeout(ctx.settings.bootstrap_timeout);
+            let wake = ctx.wake.clone();
+            let me = ObjectRef::from_obj(i.dm);
             ctx.bootstraps.start(
                 uid,
                 ctx.runtime.clone(),
                 container.to_string(),
                 steps,
                 timeout,
+                move || {
+                    // The controller may be shutting down; then there is nobody to wake.
+                    let _ = wake.unbounded_send(me);
+                },
             );
             set(Desired::false_(
                 types::BOOTSTRAP_EXEC_SUCCEEDED,

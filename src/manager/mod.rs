@@ -99,7 +99,8 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
 
     let triggers = events::triggers(&runtime, stop.clone());
     let runtime: Arc<dyn ContainerRuntime> = runtime;
-    let ctx = Arc::new(Context::new(client, runtime, settings, metrics));
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let ctx = Arc::new(Context::new(client, runtime, settings, metrics, wake));
     ready.store(true, Ordering::Relaxed);
     info!(?scope, "controllers starting");
     controllers::run(
@@ -108,7 +109,7 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
         stop,
         DockerTriggers {
             clusters: triggers.clusters,
-            machines: triggers.machines,
+            machines: futures::stream::select(triggers.machines, woken),
         },
     )
     .await;
