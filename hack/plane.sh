@@ -303,8 +303,12 @@ down() {
     ids=$(docker network ls -q --filter "label=$sel")
     if [[ -n $ids ]]; then
       log "removing $(wc -w <<<"$ids") Docker networks labelled $sel"
-      # shellcheck disable=SC2086
-      docker network rm $ids >/dev/null
+      local id
+      for id in $ids; do
+        # Engine 20.10 can keep a network "with active endpoints" after all its containers are
+        # gone (moby/moby#42119); only a daemon restart clears it. Warn, do not fail.
+        docker network rm "$id" >/dev/null 2>&1 || log "warning: Docker network $id could not be removed (stale endpoints; it goes with the next dockerd restart)"
+      done
     fi
   fi
   log "plane down (certificates kept in $PKI_DIR; images and binaries kept in $CACHE_DIR)"
