@@ -93,7 +93,7 @@ pub async fn run<S, C, M>(
         .default_backoff()
         .reflect(dc_writer)
         .applied_objects()
-        .predicate_filter(predicates::own, Default::default());
+        .predicate_filter(predicates::own_docker_cluster, Default::default());
     let clusters = Controller::for_stream(dc_stream, dc_store)
         .watches_stream(
             filtered(scope.api::<Cluster>(&client), &wc, predicates::cluster),
@@ -114,7 +114,7 @@ pub async fn run<S, C, M>(
         .default_backoff()
         .reflect(dm_writer)
         .applied_objects()
-        .predicate_filter(predicates::own, Default::default());
+        .predicate_filter(predicates::own_docker_machine, Default::default());
     let (by_cluster, by_docker_cluster) = (dm_store.clone(), dm_store.clone());
     let machines = Controller::for_stream(dm_stream, dm_store)
         .watches_stream(

@@ -65,6 +65,27 @@ pub fn own<K: kube::Resource>(obj: &K) -> Option<u64> {
     ))
 }
 
+/// [`own`], plus whether status still says provisioned: `clusterctl move` (or a user) clearing
+/// the status must trigger the reconcile that rebuilds it.
+pub fn own_docker_cluster(dc: &DockerCluster) -> Option<u64> {
+    let provisioned = dc
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned);
+    hash((own(dc), provisioned))
+}
+
+/// See [`own_docker_cluster`].
+pub fn own_docker_machine(dm: &crate::api::DockerMachine) -> Option<u64> {
+    let provisioned = dm
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned);
+    hash((own(dm), provisioned))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,14 +118,32 @@ mod tests {
     }
 
     #[test]
-    fn own_status_is_an_echo_but_annotations_are_not() {
+    fn own_status_is_an_echo_but_annotations_owners_and_cleared_status_are_not() {
+        use crate::api::{DockerClusterStatus, Initialization};
         let mut dc = DockerCluster::new("c", Default::default());
         let base = own(&dc);
         dc.status = Some(Default::default());
-        assert_eq!(own(&dc), base);
+        assert_eq!(own(&dc), base, "our own status writes are an echo");
         dc.metadata.annotations =
             Some([(crate::capi::PAUSED_ANNOTATION.to_string(), String::new())].into());
-        assert_ne!(own(&dc), base);
+        assert_ne!(own(&dc), base, "the paused annotation matters");
+        let annotated = own(&dc);
+        dc.metadata.owner_references = Some(vec![Default::default()]);
+        assert_ne!(own(&dc), annotated, "CAPI setting the owner matters");
+
+        dc.status = Some(DockerClusterStatus {
+            initialization: Some(Initialization {
+                provisioned: Some(true),
+            }),
+            ..Default::default()
+        });
+        let provisioned = own_docker_cluster(&dc);
+        dc.status = None;
+        assert_ne!(
+            own_docker_cluster(&dc),
+            provisioned,
+            "a cleared status must be rebuilt"
+        );
     }
 
     #[test]
