@@ -418,18 +418,52 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
         .unwrap();
         assert_eq!(stats.status(), 200);
 
-        // A provisioned node container removed by hand is reported (and not silently recreated).
+        // Contract item 22: a provisioned node container stopped by hand -> Ready=False, but
+        // provisioned and providerID stay.
         env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
             .await;
         env.create_machine(&ns, &name, "w0", false, Some("boot"), node_spec())
             .await;
-        eventually(LONG, "w0 provisioned", || async {
+        let provisioned = eventually(LONG, "w0 provisioned", || async {
             env.docker_machine(&ns, "w0")
                 .await
                 .filter(|dm| dm.spec.provider_id.is_some())
         })
         .await;
         let node = format!("{name}-w0");
+        assert!(
+            std::process::Command::new("docker")
+                .args(["stop", "-t", "1", &node])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let stopped = eventually(
+            Duration::from_secs(30),
+            "w0 not Ready after stop",
+            || async {
+                env.docker_machine(&ns, "w0").await.filter(|dm| {
+                    !is_true(
+                        dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                        "Ready",
+                    )
+                })
+            },
+        )
+        .await;
+        assert_eq!(stopped.spec.provider_id, provisioned.spec.provider_id);
+        assert_eq!(
+            stopped
+                .status
+                .as_ref()
+                .unwrap()
+                .initialization
+                .as_ref()
+                .and_then(|i| i.provisioned),
+            Some(true)
+        );
+
+        // A provisioned node container removed by hand is reported (and not silently recreated).
         docker.remove(&node).await.unwrap();
         let dm = eventually(
             Duration::from_secs(30),
@@ -793,4 +827,99 @@ async fn machine_waits_with_reasons_and_proceeds_on_watch_events() {
         "manager exit status after SIGTERM: {status:?}"
     );
     env.run(|_| async {}).await;
+}
+
+/// Contract items 8, 11, 12, 14, 21 and 23 (contract.md §6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contract_edge_cases() {
+    let mut env = TestEnv::new("contr").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let dcs: Api<DockerCluster> = Api::namespaced(env.client.clone(), &ns);
+
+        // 8: no owner Cluster -> no finalizer, no container.
+        let orphan: DockerCluster = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerCluster",
+            "metadata": {"name": format!("{}-orphan", env.id), "labels": {"cluster.x-k8s.io/watch-filter": env.id}},
+            "spec": {}
+        }))
+        .unwrap();
+        dcs.create(&Default::default(), &orphan).await.unwrap();
+
+        // 14: externally managed -> untouched (same resourceVersion, no finalizer, no container).
+        let managed_name = format!("{}-managed", env.id);
+        let managed_cluster = env.create_cluster(&ns, &managed_name, false).await;
+        let managed = env
+            .create_docker_cluster(&ns, &managed_cluster, json!({"metadata": {"annotations": {"cluster.x-k8s.io/managed-by": "someone-else"}}}))
+            .await;
+        never(Duration::from_secs(4), "orphan or externally managed DockerCluster touched", || async {
+            let o = env.docker_cluster(&ns, &format!("{}-orphan", env.id)).await.unwrap();
+            let m = env.docker_cluster(&ns, &managed_name).await.unwrap();
+            !o.finalizers().is_empty()
+                || !m.finalizers().is_empty()
+                || m.resource_version() != managed.resource_version()
+                || inspect(&docker, &format!("{}-orphan-lb", env.id)).await.is_some()
+                || inspect(&docker, &format!("{managed_name}-lb")).await.is_some()
+        })
+        .await;
+
+        // 11: failure domains are copied to status.
+        let name = format!("{}-c", env.id);
+        let cluster = env.create_cluster(&ns, &name, false).await;
+        let fds = json!([{"name": "fd1", "controlPlane": true}, {"name": "fd2", "attributes": {"rack": "r2"}}]);
+        env.create_docker_cluster(&ns, &cluster, json!({"spec": {"failureDomains": fds}})).await;
+        let dc = eventually(LONG, "provisioned with failure domains", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| dc.status.as_ref().and_then(|s| s.ready) == Some(true))
+        })
+        .await;
+        assert_eq!(serde_json::to_value(&dc.status.as_ref().unwrap().failure_domains).unwrap(), fds);
+        env.mark_infrastructure_provisioned(&ns, &name).await;
+
+        // 12: Paused condition carries the object's generation.
+        dcs.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}})))
+            .await
+            .unwrap();
+        let paused = eventually(LONG, "Paused=True", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| is_true(dc.status.as_ref().and_then(|s| s.conditions.as_ref()), "Paused"))
+        })
+        .await;
+        let c = condition(paused.status.as_ref().unwrap().conditions.as_ref(), "Paused").unwrap();
+        assert_eq!((c.reason.as_str(), c.observed_generation), ("Paused", paused.metadata.generation));
+        dcs.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": null}}})))
+            .await
+            .unwrap();
+
+        // 21: the Machine's failure domain labels the container and is reported in status.
+        let m = format!("{name}-fd");
+        env.create_machine(&ns, &name, &m, false, None, node_spec()).await;
+        let machines: Api<kube::api::DynamicObject> = Api::namespaced_with(env.client.clone(), &ns, &capi("Machine"));
+        machines.patch(&m, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"failureDomain": "fd2"}}))).await.unwrap();
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
+        env.set_machine_secret(&ns, &m, "boot").await;
+        let dm = eventually(LONG, "machine provisioned", || async { env.docker_machine(&ns, &m).await.filter(|dm| dm.spec.provider_id.is_some()) }).await;
+        assert_eq!(dm.status.as_ref().unwrap().failure_domain.as_deref(), Some("fd2"));
+        assert_eq!(inspect(&docker, &m).await.unwrap().labels[labels::FAILURE_DOMAIN], "fd2");
+
+        // 23: a cleared status (what clusterctl move does) is rebuilt without new containers.
+        let lb_id = inspect(&docker, &format!("{name}-lb")).await.unwrap().id;
+        let node_id = inspect(&docker, &m).await.unwrap().id;
+        let dms: Api<DockerMachine> = Api::namespaced(env.client.clone(), &ns);
+        dcs.patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": null}))).await.unwrap();
+        dms.patch_status(&m, &PatchParams::default(), &Patch::Merge(&json!({"status": null}))).await.unwrap();
+        eventually(LONG, "statuses rebuilt", || async {
+            let dc_ok = env.docker_cluster(&ns, &name).await.is_some_and(|dc| dc.status.as_ref().and_then(|s| s.ready) == Some(true));
+            let dm = env.docker_machine(&ns, &m).await?;
+            let st = dm.status.as_ref()?;
+            let dm_ok = st.initialization.as_ref().and_then(|i| i.provisioned) == Some(true)
+                && st.addresses.as_ref().is_some_and(|a| !a.is_empty())
+                && st.failure_domain.as_deref() == Some("fd2");
+            (dc_ok && dm_ok).then_some(())
+        })
+        .await;
+        assert_eq!(inspect(&docker, &format!("{name}-lb")).await.unwrap().id, lb_id, "LB not recreated");
+        assert_eq!(inspect(&docker, &m).await.unwrap().id, node_id, "node not recreated");
+    })
+    .await;
 }

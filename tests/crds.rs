@@ -113,3 +113,39 @@ async fn custom_image_is_immutable() {
         "{err}"
     );
 }
+
+/// Contract item 3: the contract's status fields survive a status-subresource patch (not pruned).
+#[tokio::test]
+async fn contract_status_fields_are_not_pruned() {
+    let client = common::client().await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &infra("DockerMachine"));
+    let name = format!("status-roundtrip-{}", std::process::id());
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
+        "metadata": {"name": name}, "spec": {}
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+    let status = json!({
+        "initialization": {"provisioned": true},
+        "ready": true,
+        "loadBalancerConfigured": true,
+        "addresses": [{"type": "Hostname", "address": "c-md-0"}, {"type": "InternalIP", "address": "172.18.0.4"}],
+        "failureDomain": "fd1",
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]
+    });
+    let patched = api
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": status })),
+        )
+        .await;
+    let _ = api.delete(&name, &Default::default()).await;
+    assert_eq!(
+        patched.unwrap().data["status"],
+        status,
+        "status fields were pruned or changed"
+    );
+}

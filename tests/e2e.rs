@@ -272,6 +272,46 @@ async fn real_capi_drives_a_cluster_from_the_default_template() {
         .await;
         assert_eq!(worker_containers(&name, &ns).await, 2);
 
+        // Contract item 20: core copies our addresses to the Machines.
+        eventually(LONG, "Machine.status.addresses equal ours", || async {
+            for dm in docker_machines(&env, &ns)
+                .await
+                .into_iter()
+                .filter(|dm| !is_cp(dm) && dm.spec.provider_id.is_some())
+            {
+                let owner = dm
+                    .owner_references()
+                    .iter()
+                    .find(|o| o.kind == "Machine")?
+                    .name
+                    .clone();
+                let m = machines.get(&owner).await.ok()?;
+                let ours = serde_json::to_value(dm.status.as_ref()?.addresses.as_ref()?).ok()?;
+                if m.data["status"]["addresses"] != ours {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await;
+        // Contract item 10: the Cluster's InfrastructureReady mirrors our Ready.
+        eventually(
+            LONG,
+            "Cluster InfrastructureReady mirrors DockerCluster Ready",
+            || async {
+                let c = clusters.get(&name).await.ok()?;
+                let infra = c.data["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "InfrastructureReady")?
+                    .clone();
+                let dc = env.docker_cluster(&ns, &name).await?;
+                let ready = condition(dc.status.as_ref()?.conditions.as_ref(), "Ready")?;
+                (infra["status"] == json!(format!("{:?}", ready.status))).then_some(())
+            },
+        )
+        .await;
+
         // Pausing the Cluster pauses us.
         clusters
             .patch(
