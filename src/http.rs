@@ -14,7 +14,7 @@ use crate::telemetry::Metrics;
 #[derive(Clone)]
 pub struct HttpState {
     pub metrics: Arc<Metrics>,
-    /// Set once the controllers run (after leader election, CRD checks and Docker connect).
+    /// Set once the manager can work: the Docker Engine answered and the CRDs are served.
     pub ready: Arc<AtomicBool>,
 }
 

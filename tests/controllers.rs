@@ -593,6 +593,15 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
             1,
             "{names:?}"
         );
+        // The bootstrap started by the killed manager was not started a second time.
+        let starts = exec(&docker, &format!("{name}-cp"), "cat /etc/starts")
+            .await
+            .1;
+        assert_eq!(
+            starts.lines().count(),
+            1,
+            "bootstrap ran more than once: {starts:?}"
+        );
         assert_eq!(all.len(), 2, "{names:?}");
         assert!(
             haproxy_cfg(&format!("{name}-lb"))

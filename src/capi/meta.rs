@@ -1,5 +1,4 @@
 //! Pure decisions on object metadata that the CAPI contract defines.
-use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -37,14 +36,6 @@ pub fn paused_reasons(cluster: Option<&Cluster>, meta: &ObjectMeta, kind: &str) 
         reasons.push(format!("{kind} has the {PAUSED_ANNOTATION} annotation"));
     }
     reasons
-}
-
-/// Whether an object passes the manager's `--watch-filter` (label `cluster.x-k8s.io/watch-filter`).
-pub fn matches_watch_filter(labels: &BTreeMap<String, String>, filter: Option<&str>) -> bool {
-    match filter {
-        None | Some("") => true,
-        Some(v) => labels.get(super::WATCH_FILTER_LABEL).map(String::as_str) == Some(v),
-    }
 }
 
 #[cfg(test)]
@@ -116,17 +107,11 @@ mod tests {
     }
 
     #[test]
-    fn managed_by_and_watch_filter() {
+    fn managed_by() {
         assert!(is_externally_managed(&meta_with(
             &[(MANAGED_BY_ANNOTATION, "")],
             &[]
         )));
         assert!(!is_externally_managed(&meta_with(&[], &[])));
-        let labels =
-            BTreeMap::from([(crate::capi::WATCH_FILTER_LABEL.to_string(), "a".to_string())]);
-        assert!(matches_watch_filter(&labels, None));
-        assert!(matches_watch_filter(&labels, Some("a")));
-        assert!(!matches_watch_filter(&labels, Some("b")));
-        assert!(!matches_watch_filter(&BTreeMap::new(), Some("a")));
     }
 }

@@ -55,17 +55,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl BootstrapTasks {
-    /// The state of `uid`'s bootstrap. A finished task is removed when its result is read.
+    /// The state of `uid`'s bootstrap. A finished result stays until [`Self::forget`].
     pub fn poll(&self, uid: &str) -> TaskState {
-        let state = self.poll_peek(uid);
-        if matches!(state, TaskState::Finished(_)) {
-            lock(&self.tasks).remove(uid);
-        }
-        state
-    }
-
-    /// Like [`Self::poll`] but never consumes a finished result.
-    pub fn poll_peek(&self, uid: &str) -> TaskState {
         let tasks = lock(&self.tasks);
         let Some(task) = tasks.get(uid) else {
             return TaskState::NotStarted;
@@ -136,7 +127,16 @@ impl BootstrapTasks {
         );
     }
 
-    /// Stop a running bootstrap (the machine is being deleted).
+    /// Drop a finished result once it has been persisted in the object's status.
+    pub fn forget(&self, uid: &str) {
+        let mut tasks = lock(&self.tasks);
+        let finished = tasks.get(uid).is_some_and(|t| lock(&t.result).is_some());
+        if finished {
+            tasks.remove(uid);
+        }
+    }
+
+    /// Stop a running bootstrap (the machine is being deleted, or its container recreated).
     pub fn cancel(&self, uid: &str) {
         if let Some(task) = lock(&self.tasks).remove(uid) {
             task.handle.abort();

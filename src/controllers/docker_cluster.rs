@@ -31,10 +31,13 @@ pub async fn reconcile(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Acti
     let ns = dc.namespace().unwrap_or_default();
     let api: Api<DockerCluster> = Api::namespaced(ctx.client.clone(), &ns);
 
-    if capi::is_externally_managed(&dc.metadata) {
+    let deleting = dc.metadata.deletion_timestamp.is_some();
+    // Externally managed objects are left alone, except that a finalizer we added before the
+    // annotation appeared is still honoured (or deletion would hang and containers leak).
+    let ours_to_delete = deleting && dc.finalizers().iter().any(|f| f == FINALIZER);
+    if capi::is_externally_managed(&dc.metadata) && !ours_to_delete {
         return Ok(Action::await_change());
     }
-    let deleting = dc.metadata.deletion_timestamp.is_some();
 
     let Some(owner) = capi::capi_owner(&dc.metadata, "Cluster") else {
         if deleting {
@@ -307,7 +310,7 @@ async fn ensure_load_balancer(
         ipv6: ip_family == IpFamily::V6,
         custom_config: custom_config.as_deref(),
     };
-    load_balancer::sync_backends(ctx, &target, None, None).await?;
+    load_balancer::sync_backends(ctx, &target, None).await?;
     Ok(LbOutcome::Ready { ip, frontend_port })
 }
 
@@ -377,8 +380,17 @@ async fn reconcile_delete(
 
     let ns = dc.namespace().unwrap_or_default();
     let name = naming::load_balancer_name(cluster_name);
+    let (dc_name, uid) = (dc.name_any(), dc.uid().unwrap_or_default());
+    let owner = labels::Owner {
+        cluster_name,
+        cluster_namespace: &ns,
+        kind: KIND,
+        name: &dc_name,
+        uid: &uid,
+    };
+    let ours = |c: &ContainerInfo| labels::usable_by(&c.labels, &owner);
     if let Some(existing) = ctx.runtime.inspect(&name).await? {
-        if labels::belongs_to_cluster(&existing.labels, cluster_name, &ns) {
+        if ours(&existing) {
             info!(container = %name, "removing load balancer container");
             ctx.runtime.remove(&name).await?;
         } else {
@@ -386,15 +398,8 @@ async fn reconcile_delete(
         }
     }
     // The finalizer goes only once the container is really gone.
-    if ctx
-        .runtime
-        .inspect(&name)
-        .await?
-        .is_some_and(|c| labels::belongs_to_cluster(&c.labels, cluster_name, &ns))
-    {
-        return Err(Error::LoadBalancer(format!(
-            "container {name} still exists after removal"
-        )));
+    if ctx.runtime.inspect(&name).await?.is_some_and(|c| ours(&c)) {
+        return Err(Error::ContainerStillExists(name));
     }
     patch::remove_finalizer(api, dc, FINALIZER).await?;
     Ok(Action::await_change())

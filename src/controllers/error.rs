@@ -13,6 +13,9 @@ pub enum Error {
     /// The load balancer has no address yet or could not be configured.
     #[error("load balancer: {0}")]
     LoadBalancer(String),
+    /// Removal was requested but the container is still there (the finalizer must stay).
+    #[error("container {0} still exists after removal")]
+    ContainerStillExists(String),
     #[error("serializing {0}")]
     Serialize(#[from] serde_json::Error),
 }
@@ -26,6 +29,7 @@ impl Error {
             Error::Runtime(_) => "docker",
             Error::Missing(_) => "missing",
             Error::LoadBalancer(_) => "load_balancer",
+            Error::ContainerStillExists(_) => "docker",
             Error::Serialize(_) => "serialize",
         }
     }

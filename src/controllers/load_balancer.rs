@@ -1,7 +1,9 @@
 //! The cluster's HAProxy load balancer, shared by both controllers: its backends are always
 //! recomputed from the running control-plane containers, and haproxy.cfg is rewritten and
 //! reloaded only when the rendered text differs from what is in the container.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::{Api, ResourceExt, api::ListParams};
 
 use tracing::{debug, info};
 
@@ -9,6 +11,7 @@ use super::{
     context::Context,
     error::{Error, Result},
 };
+use crate::capi::{self, Machine};
 use crate::docker::{
     haproxy::{self, Backend, HaproxyConfig},
     labels, naming,
@@ -43,19 +46,19 @@ pub struct LbTarget<'a> {
 }
 
 /// Pure: the haproxy.cfg for the given running control-plane containers (name -> address),
-/// leaving out `drain` when other backends remain.
+/// leaving out the `draining` ones as long as another backend remains.
 pub fn desired_config(
     target: &LbTarget<'_>,
     servers: BTreeMap<String, String>,
-    drain: Option<&str>,
+    draining: &BTreeSet<String>,
 ) -> String {
     if let Some(custom) = target.custom_config {
         return custom.to_string();
     }
-    let others_remain = servers.keys().any(|n| Some(n.as_str()) != drain);
+    let others_remain = servers.keys().any(|n| !draining.contains(n));
     let servers = servers
         .into_iter()
-        .filter(|(name, _)| !(others_remain && Some(name.as_str()) == drain))
+        .filter(|(name, _)| !(others_remain && draining.contains(name)))
         .map(|(name, address)| {
             (
                 name,
@@ -75,12 +78,13 @@ pub fn desired_config(
 }
 
 /// Recompute the backends from running control-plane containers (minus `exclude`, which is
-/// being removed, and `drain`, which is leaving) and reload HAProxy if the config changed.
+/// being removed, and those of control-plane Machines being deleted, which drain first) and
+/// reload HAProxy if the config changed. Every caller gets the same answer, so a DockerCluster
+/// pass can never put a draining node back.
 pub async fn sync_backends(
     ctx: &Context,
     target: &LbTarget<'_>,
     exclude: Option<&str>,
-    drain: Option<&str>,
 ) -> Result<SyncOutcome> {
     let lock = ctx.lb_lock(target.namespace, target.cluster);
     let _guard = lock.lock().await;
@@ -89,7 +93,12 @@ pub async fn sync_backends(
     let Some(lb) = rt.inspect(&lb_name).await? else {
         return Ok(SyncOutcome::NoLoadBalancer);
     };
-    if !labels::belongs_to_cluster(&lb.labels, target.cluster, target.namespace) {
+    // Only the cluster's own LB container: same cluster and namespace, LB role, owned by a
+    // DockerCluster (never a node container that happens to be named `<cluster>-lb`).
+    let is_lb = lb.labels.get(labels::KIND_ROLE).map(String::as_str)
+        == Some(labels::ROLE_LOAD_BALANCER)
+        && lb.labels.get(labels::OWNER_KIND).map(String::as_str) == Some("DockerCluster");
+    if !labels::belongs_to_cluster(&lb.labels, target.cluster, target.namespace) || !is_lb {
         // Not our cluster's LB (same name, other namespace): never write into it.
         return Ok(SyncOutcome::NoLoadBalancer);
     }
@@ -114,7 +123,8 @@ pub async fn sync_backends(
         })
         .collect();
     let backends = servers.len();
-    let config = desired_config(target, servers, drain);
+    let draining = draining_containers(ctx, target).await?;
+    let config = desired_config(target, servers, &draining);
 
     let current = rt
         .exec(&lb_name, &argv(&["cat", haproxy::CONFIG_PATH]), None)
@@ -127,6 +137,25 @@ pub async fn sync_backends(
     rt.kill(&lb_name, "SIGHUP").await?;
     info!(lb = %lb_name, backends, "haproxy.cfg updated and reloaded");
     Ok(SyncOutcome::Reloaded { backends })
+}
+
+/// Node containers of the cluster's control-plane Machines that are being deleted.
+async fn draining_containers(ctx: &Context, target: &LbTarget<'_>) -> Result<BTreeSet<String>> {
+    let selector = format!(
+        "{}={},{}",
+        capi::CLUSTER_NAME_LABEL,
+        target.cluster,
+        capi::CONTROL_PLANE_LABEL
+    );
+    let machines = Api::<Machine>::namespaced(ctx.client.clone(), target.namespace)
+        .list(&ListParams::default().labels(&selector))
+        .await?;
+    Ok(machines
+        .items
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_some())
+        .map(|m| naming::machine_container_name(target.cluster, &m.name_any()))
+        .collect())
 }
 
 /// Write haproxy.cfg through exec (stdin), then read it back: a silent partial write would
@@ -191,9 +220,10 @@ mod tests {
 
     #[test]
     fn drained_server_leaves_only_when_others_remain() {
-        let cfg = desired_config(&target(), servers(&["c-cp-a", "c-cp-b"]), Some("c-cp-a"));
+        let draining = BTreeSet::from(["c-cp-a".to_string()]);
+        let cfg = desired_config(&target(), servers(&["c-cp-a", "c-cp-b"]), &draining);
         assert!(!cfg.contains("server c-cp-a ") && cfg.contains("server c-cp-b "));
-        let cfg = desired_config(&target(), servers(&["c-cp-a"]), Some("c-cp-a"));
+        let cfg = desired_config(&target(), servers(&["c-cp-a"]), &draining);
         assert!(
             cfg.contains("server c-cp-a "),
             "the last backend is kept while draining"
@@ -206,6 +236,9 @@ mod tests {
             custom_config: Some("global\n"),
             ..target()
         };
-        assert_eq!(desired_config(&t, servers(&["x"]), None), "global\n");
+        assert_eq!(
+            desired_config(&t, servers(&["x"]), &BTreeSet::new()),
+            "global\n"
+        );
     }
 }

@@ -6,6 +6,7 @@ pub mod docker_cluster;
 pub mod docker_machine;
 pub mod error;
 pub mod load_balancer;
+pub mod machine_bootstrap;
 pub mod mappers;
 pub mod patch;
 pub mod predicates;

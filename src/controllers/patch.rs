@@ -9,8 +9,6 @@ use serde_json::json;
 
 use super::error::Result;
 
-pub const FIELD_MANAGER: &str = "capd-rs";
-
 fn params() -> PatchParams {
     PatchParams::default()
 }

@@ -243,7 +243,10 @@ impl BollardRuntime {
         argv: &[String],
         stdin: Option<&[u8]>,
     ) -> RuntimeResult<ExecOutput> {
-        let what = || format!("exec {argv:?} in {name}");
+        // Only the program name: arguments may carry bootstrap secrets, and this text ends up
+        // in errors, logs and conditions.
+        let program = argv.first().map(String::as_str).unwrap_or("");
+        let what = || format!("exec {program} in {name}");
         let config = ExecConfig {
             attach_stdin: Some(stdin.is_some()),
             attach_stdout: Some(true),

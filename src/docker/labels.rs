@@ -82,9 +82,8 @@ pub fn belongs_to_cluster(
 pub enum Ownership {
     /// Ours: created for this very object (same UID).
     Ours,
-    /// Created by capd-rs for the same cluster name and namespace but a different object UID
-    /// (for example the object was deleted and re-created, or restored by `clusterctl move`).
-    /// Adopted only when `adopt_same_cluster` is set by the caller's policy.
+    /// Created by capd-rs for an object of the same kind, name, cluster and namespace but
+    /// another UID: the object was re-created, or restored by `clusterctl move`. Adopted.
     SameClusterOtherUid(String),
     /// Anything else: another namespace's cluster, another tool, a hand-made container.
     Foreign(String),
@@ -113,9 +112,21 @@ pub fn ownership(labels: &BTreeMap<String, String>, owner: &Owner<'_>) -> Owners
     }
     match get(OWNER_UID) {
         Some(uid) if uid == owner.uid => Ownership::Ours,
+        // Another object whose name maps to the same container (machines `a` and `dev-a` of
+        // cluster `dev` both map to `dev-a`) must never share it.
+        Some(_) if get(OWNER_NAME) != Some(owner.name) => Ownership::Foreign(format!(
+            "it belongs to {} {}",
+            owner.kind,
+            get(OWNER_NAME).unwrap_or("?")
+        )),
         Some(uid) => Ownership::SameClusterOtherUid(uid.to_string()),
         None => Ownership::Foreign("it has no owner UID label".into()),
     }
+}
+
+/// Whether `owner` may use (adopt, reconfigure, delete) a container carrying `labels`.
+pub fn usable_by(labels: &BTreeMap<String, String>, owner: &Owner<'_>) -> bool {
+    !matches!(ownership(labels, owner), Ownership::Foreign(_))
 }
 
 #[cfg(test)]
@@ -173,6 +184,14 @@ mod tests {
             ownership(&mine, &recreated),
             Ownership::SameClusterOtherUid("uid-1".into())
         );
+        // Another object whose name maps to the same container never shares it.
+        let other_object = Owner {
+            uid: "uid-3",
+            name: "other",
+            ..owner()
+        };
+        assert!(!usable_by(&mine, &other_object));
+        assert!(usable_by(&mine, &recreated));
 
         assert!(matches!(
             ownership(&BTreeMap::new(), &owner()),

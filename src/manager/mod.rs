@@ -72,14 +72,6 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     info!(addr = %flags.health_addr, "serving /healthz, /readyz and /metrics");
     let http_task = tokio::spawn(http::serve_on(listener, state, stop.clone()));
 
-    if flags.leader_elect {
-        let lost = leader_election(&client, &flags, &shutdown).await?;
-        tokio::spawn(lost);
-    }
-    if shutdown.is_cancelled() {
-        return Ok(());
-    }
-
     let runtime = connect_docker(flags.docker_host.as_deref(), &shutdown).await;
     let Some(runtime) = runtime else {
         return Ok(());
@@ -96,12 +88,22 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     if shutdown.is_cancelled() {
         return Ok(());
     }
+    // Ready means "able to work" (Docker answers, CRDs served), not "leader": a new replica
+    // waiting for the lease must pass its readiness probe, or a rolling update (maxUnavailable
+    // 0) would never retire the old leader.
+    ready.store(true, Ordering::Relaxed);
+    if flags.leader_elect {
+        let lost = leader_election(&client, &flags, &shutdown).await?;
+        tokio::spawn(lost);
+    }
+    if shutdown.is_cancelled() {
+        return Ok(());
+    }
 
     let triggers = events::triggers(&runtime, stop.clone());
     let runtime: Arc<dyn ContainerRuntime> = runtime;
     let (wake, woken) = futures::channel::mpsc::unbounded();
     let ctx = Arc::new(Context::new(client, runtime, settings, metrics, wake));
-    ready.store(true, Ordering::Relaxed);
     info!(?scope, "controllers starting");
     controllers::run(
         ctx,

@@ -1,0 +1,337 @@
+//! The bootstrap part of a DockerMachine reconcile: start the commands from the bootstrap Secret
+//! in a background task, report progress, and record how it ended, without ever running the
+//! commands twice on one container (they have side effects: a second `kubeadm init` breaks a node).
+//!
+//! When bootstrap starts, the annotation [`STARTED_AT`] is persisted. If a later pass finds it
+//! with no task of this process running (the manager restarted, its in-flight exec may still be
+//! running inside the node), it waits for the success sentinel until the start time plus the
+//! timeout instead of starting again.
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, ResourceExt,
+    runtime::{controller::Action, reflector::ObjectRef},
+};
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::{
+    bootstrap_tasks::{Finished, TaskState},
+    context::Context,
+    error::Result,
+    load_balancer::argv,
+};
+use crate::{
+    api::{
+        DockerMachine, DockerMachineStatus,
+        conditions::{self, ConditionStatus, Desired, reasons, types},
+    },
+    bootstrap::{self, Format, Step},
+};
+
+/// When the current bootstrap of the node container started (RFC 3339).
+pub const STARTED_AT: &str = "capd-rs.x-k8s.io/bootstrap-started-at";
+/// How often a reconcile looks at a running bootstrap (a finished one wakes it at once).
+const POLL: Duration = Duration::from_secs(2);
+/// How often a terminal result is re-checked against the sentinel (an orphaned exec of a
+/// previous manager may still have succeeded).
+const TERMINAL_RECHECK: Duration = Duration::from_secs(300);
+
+pub enum Outcome {
+    /// Bootstrap succeeded; provisioning may finish.
+    Done,
+    /// Not yet (or never): return this action.
+    Wait(Action),
+}
+
+/// What the reconcile needs to know about the machine.
+pub struct Target<'a> {
+    pub dm: &'a DockerMachine,
+    pub api: &'a Api<DockerMachine>,
+    pub container: &'a str,
+    pub secret_name: &'a str,
+}
+
+pub async fn reconcile(
+    t: &Target<'_>,
+    ctx: &Context,
+    status: &mut DockerMachineStatus,
+) -> Result<Outcome> {
+    let uid = t.dm.uid().unwrap_or_default();
+    let ns = t.dm.namespace().unwrap_or_default();
+    let (generation, now) = (t.dm.metadata.generation, Utc::now());
+    let current = status
+        .conditions
+        .as_deref()
+        .and_then(|c| conditions::get(c, types::BOOTSTRAP_EXEC_SUCCEEDED))
+        .cloned();
+    let mut set = |d: Desired| {
+        conditions::set(
+            status.conditions.get_or_insert_with(Vec::new),
+            &d,
+            generation,
+            now,
+        )
+    };
+    let succeeded = || Desired::true_(types::BOOTSTRAP_EXEC_SUCCEEDED, reasons::SUCCEEDED);
+    let terminal = current.as_ref().is_some_and(|c| {
+        c.reason == reasons::BOOTSTRAP_FAILED || c.reason == reasons::BOOTSTRAP_TIMED_OUT
+    });
+
+    if current
+        .as_ref()
+        .is_some_and(|c| c.status == ConditionStatus::True)
+    {
+        ctx.bootstraps.forget(&uid);
+        return Ok(Outcome::Done);
+    }
+
+    match ctx.bootstraps.poll(&uid) {
+        TaskState::Running {
+            step,
+            total,
+            description,
+            ..
+        } => {
+            set(Desired::false_(
+                types::BOOTSTRAP_EXEC_SUCCEEDED,
+                reasons::BOOTSTRAPPING,
+                format!("Running step {step}/{total}: {description}"),
+            ));
+            return Ok(Outcome::Wait(Action::requeue(POLL)));
+        }
+        // The result stays in the task list until a pass sees it persisted (terminal above).
+        TaskState::Finished(Finished::Failed(message)) => {
+            set(Desired::false_(
+                types::BOOTSTRAP_EXEC_SUCCEEDED,
+                reasons::BOOTSTRAP_FAILED,
+                message,
+            ));
+            return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
+        }
+        TaskState::Finished(Finished::TimedOut(message)) => {
+            set(Desired::false_(
+                types::BOOTSTRAP_EXEC_SUCCEEDED,
+                reasons::BOOTSTRAP_TIMED_OUT,
+                message,
+            ));
+            return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
+        }
+        TaskState::Finished(Finished::Succeeded) if !sentinel_exists(ctx, t.container).await? => {
+            set(Desired::false_(
+                types::BOOTSTRAP_EXEC_SUCCEEDED,
+                reasons::BOOTSTRAP_FAILED,
+                format!(
+                    "All bootstrap commands succeeded but {} was not created",
+                    bootstrap::SENTINEL_PATH
+                ),
+            ));
+            return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
+        }
+        TaskState::Finished(Finished::Succeeded) => {
+            set(succeeded());
+            return Ok(Outcome::Done);
+        }
+        TaskState::NotStarted => {}
+    }
+
+    // No task of this process. The sentinel wins over everything: bootstrap already happened
+    // (before a restart, or an orphaned exec finished after a timeout).
+    if sentinel_exists(ctx, t.container).await? {
+        set(succeeded());
+        return Ok(Outcome::Done);
+    }
+    if terminal {
+        ctx.bootstraps.forget(&uid);
+        return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
+    }
+    let timeout = t.dm.bootstrap_timeout(ctx.settings.bootstrap_timeout);
+    if let Some(started) = started_at(t.dm) {
+        // Started by an earlier manager process: never start the commands a second time.
+        let deadline = started + chrono::Duration::from_std(timeout).unwrap_or_default();
+        if now < deadline {
+            set(Desired::false_(
+                types::BOOTSTRAP_EXEC_SUCCEEDED,
+                reasons::BOOTSTRAPPING,
+                format!(
+                    "Waiting for the bootstrap started at {} by an earlier manager process (it is not re-run)",
+                    started.to_rfc3339()
+                ),
+            ));
+            return Ok(Outcome::Wait(Action::requeue(POLL)));
+        }
+        set(Desired::false_(
+            types::BOOTSTRAP_EXEC_SUCCEEDED,
+            reasons::BOOTSTRAP_TIMED_OUT,
+            format!(
+                "The bootstrap started at {} did not create {} within {}s",
+                started.to_rfc3339(),
+                bootstrap::SENTINEL_PATH,
+                timeout.as_secs()
+            ),
+        ));
+        return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
+    }
+
+    let steps = match load_steps(ctx, &ns, t.secret_name).await? {
+        Ok(steps) => steps,
+        Err((reason, message, retry)) => {
+            warn!(dockermachine = %t.dm.name_any(), %message, "bootstrap data unusable");
+            set(Desired::false_(
+                types::BOOTSTRAP_EXEC_SUCCEEDED,
+                reason,
+                message,
+            ));
+            return Ok(Outcome::Wait(Action::requeue(retry)));
+        }
+    };
+    // Record the start before starting, so that no later pass can start a second run.
+    set_started_at(t.api, &t.dm.name_any(), Some(now)).await?;
+    let total = steps.len();
+    let (wake, me) = (ctx.wake.clone(), ObjectRef::from_obj(t.dm));
+    ctx.bootstraps.start(
+        &uid,
+        ctx.runtime.clone(),
+        t.container.to_string(),
+        steps,
+        timeout,
+        move || {
+            // The controller may be shutting down; then there is nobody to wake.
+            let _ = wake.unbounded_send(me);
+        },
+    );
+    info!(container = %t.container, steps = total, "bootstrap started");
+    set(Desired::false_(
+        types::BOOTSTRAP_EXEC_SUCCEEDED,
+        reasons::BOOTSTRAPPING,
+        format!("Started {total} bootstrap steps"),
+    ));
+    Ok(Outcome::Wait(Action::requeue(POLL)))
+}
+
+/// Forget any bootstrap state of a node container that is being recreated: the new container
+/// needs its own bootstrap.
+pub async fn reset(t: &Target<'_>, ctx: &Context, status: &mut DockerMachineStatus) -> Result<()> {
+    ctx.bootstraps.cancel(&t.dm.uid().unwrap_or_default());
+    if started_at(t.dm).is_some() {
+        set_started_at(t.api, &t.dm.name_any(), None).await?;
+    }
+    conditions::set(
+        status.conditions.get_or_insert_with(Vec::new),
+        &Desired::false_(
+            types::BOOTSTRAP_EXEC_SUCCEEDED,
+            reasons::NOT_SUCCEEDED,
+            "The node container was recreated",
+        ),
+        t.dm.metadata.generation,
+        Utc::now(),
+    );
+    Ok(())
+}
+
+fn started_at(dm: &DockerMachine) -> Option<DateTime<Utc>> {
+    let value = dm.annotations().get(STARTED_AT)?;
+    DateTime::parse_from_rfc3339(value)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+async fn set_started_at(
+    api: &Api<DockerMachine>,
+    name: &str,
+    at: Option<DateTime<Utc>>,
+) -> Result<()> {
+    let value = at.map(|t| t.to_rfc3339());
+    let patch = json!({"metadata": {"annotations": { STARTED_AT: value }}});
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The commands from the bootstrap Secret, preceded by a wait for the node's init system.
+/// The inner `Err` is (reason, message, retry after) for a condition: the Secret may still be
+/// fixed or appear, so it is re-read slowly, never in a hot loop.
+async fn load_steps(
+    ctx: &Context,
+    ns: &str,
+    secret_name: &str,
+) -> Result<std::result::Result<Vec<Step>, (&'static str, String, Duration)>> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(secret) = api.get_opt(secret_name).await? else {
+        return Ok(Err((
+            reasons::BOOTSTRAP_DATA_NOT_FOUND,
+            format!("Bootstrap data Secret {ns}/{secret_name} not found"),
+            Duration::from_secs(30),
+        )));
+    };
+    let mut data = secret.data.unwrap_or_default();
+    let invalid = |m: String| {
+        Ok(Err((
+            reasons::BOOTSTRAP_DATA_INVALID,
+            format!("Bootstrap data Secret {ns}/{secret_name}: {m}"),
+            Duration::from_secs(120),
+        )))
+    };
+    let Some(value) = data.remove("value") else {
+        return invalid("has no key \"value\"".into());
+    };
+    let format = data
+        .remove("format")
+        .map(|f| String::from_utf8_lossy(&f.0).into_owned());
+    let format = match Format::parse(format.as_deref()) {
+        Ok(format) => format,
+        Err(e) => return invalid(e.to_string()),
+    };
+    match bootstrap::commands(format, &value.0) {
+        Ok(mut steps) => {
+            steps.insert(0, wait_for_init_step());
+            Ok(Ok(steps))
+        }
+        Err(e) => invalid(e.to_string()),
+    }
+}
+
+/// kind-style nodes run systemd: commands must wait until it has started the system. Images
+/// without systemd (the light test image) pass straight through.
+fn wait_for_init_step() -> Step {
+    Step {
+        argv: argv(&[
+            "/bin/sh",
+            "-c",
+            "if [ \"$(cat /proc/1/comm 2>/dev/null)\" = systemd ]; then \
+             until s=$(systemctl is-system-running 2>/dev/null); [ \"$s\" = running ] || [ \"$s\" = degraded ]; do sleep 0.5; done; fi",
+        ]),
+        stdin: None,
+        description: "wait for the node's init system".into(),
+    }
+}
+
+async fn sentinel_exists(ctx: &Context, container: &str) -> Result<bool> {
+    Ok(ctx
+        .runtime
+        .exec(
+            container,
+            &argv(&["test", "-f", bootstrap::SENTINEL_PATH]),
+            None,
+        )
+        .await?
+        .success())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_wait_step_is_harmless_without_systemd() {
+        let s = wait_for_init_step();
+        assert_eq!(s.argv[0], "/bin/sh");
+        assert!(s.argv[2].contains("/proc/1/comm"));
+    }
+}
