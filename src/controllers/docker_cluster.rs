@@ -47,7 +47,7 @@ pub async fn reconcile(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Acti
         } else {
             info!(dockercluster = %dc.name_any(), "waiting for the Cluster controller to set the owner reference");
         }
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(ctx.settings.resync));
     };
     let cluster = match Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
         .get_opt(&owner.name)
@@ -75,7 +75,7 @@ pub async fn reconcile(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Acti
     if !paused.is_empty() {
         conditions::set(conds, &conditions::paused(&paused), generation, now);
         patch::patch_status_if_changed(&api, &dc.name_any(), dc.status.as_ref(), &status).await?;
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(ctx.settings.resync));
     }
     conditions::set(conds, &conditions::paused(&[]), generation, now);
 

@@ -49,7 +49,7 @@ pub async fn reconcile(dm: Arc<DockerMachine>, ctx: Arc<Context>) -> Result<Acti
         } else {
             info!(dockermachine = %dm.name_any(), "waiting for the Machine controller to set the owner reference");
         }
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(ctx.settings.resync));
     };
     let machine = Api::<Machine>::namespaced(ctx.client.clone(), &ns)
         .get_opt(&owner.name)
@@ -272,7 +272,7 @@ async fn provision(
                 "Waiting for the Cluster's infrastructure to be provisioned",
             ),
         );
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(ctx.settings.resync));
     }
 
     // Already provisioned: never recreate or re-bootstrap; only report and refresh.
@@ -342,7 +342,7 @@ async fn provision(
             )
         };
         set(status, waiting);
-        return Ok(Action::await_change());
+        return Ok(Action::requeue(ctx.settings.resync));
     };
 
     // The node container: adopt ours, recreate a dead one that never finished bootstrap,
@@ -391,7 +391,7 @@ async fn provision(
             Ok(c) => c,
             Err(blocked) => {
                 set(status, blocked);
-                return Ok(Action::await_change());
+                return Ok(Action::requeue(ctx.settings.resync));
             }
         },
     };
