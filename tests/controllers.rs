@@ -652,7 +652,20 @@ async fn docker_outage_is_reported_and_recovered_from() {
             dc.status.as_ref().unwrap().conditions.as_ref(),
             "Ready"
         ));
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // An engine that answers 5xx is reported the same way, with its message.
+        proxy.overloaded();
+        eventually(LONG, "DockerUnavailable naming the 503", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| {
+                condition(
+                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    "LoadBalancerAvailable",
+                )
+                .is_some_and(|c| {
+                    c.reason == "DockerUnavailable" && c.message.contains("engine overloaded")
+                })
+            })
+        })
+        .await;
         proxy.up();
         eventually(
             Duration::from_secs(150),

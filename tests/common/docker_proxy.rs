@@ -16,6 +16,8 @@ use tokio::{
 pub struct DockerProxy {
     pub path: PathBuf,
     up: Arc<AtomicBool>,
+    /// Answer every request with HTTP 503 instead of forwarding it.
+    overloaded: Arc<AtomicBool>,
     connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
 }
@@ -26,13 +28,28 @@ impl DockerProxy {
         let _ = std::fs::remove_file(&path);
         let listener = UnixListener::bind(&path).expect("bind proxy socket");
         let up = Arc::new(AtomicBool::new(true));
+        let overloaded = Arc::new(AtomicBool::new(false));
         let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (u, conns) = (up.clone(), connections.clone());
+        let (u, o, conns) = (up.clone(), overloaded.clone(), connections.clone());
         let accept = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 if !u.load(Ordering::SeqCst) {
                     // Down: a connection that is accepted and dropped, like a dead engine.
                     drop(client);
+                    continue;
+                }
+                if o.load(Ordering::SeqCst) {
+                    tokio::spawn(async move {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let mut request = [0u8; 8192];
+                        let _ = client.read(&mut request).await;
+                        let body = r#"{"message":"engine overloaded"}"#;
+                        let response = format!(
+                            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                        let _ = client.write_all(response.as_bytes()).await;
+                    });
                     continue;
                 }
                 let handle = tokio::spawn(async move {
@@ -46,6 +63,7 @@ impl DockerProxy {
         Self {
             path,
             up,
+            overloaded,
             connections,
             accept,
         }
@@ -64,6 +82,14 @@ impl DockerProxy {
     }
 
     pub fn up(&self) {
+        self.overloaded.store(false, Ordering::SeqCst);
+        self.up.store(true, Ordering::SeqCst);
+    }
+
+    /// Accept connections but answer every request with 503 (cutting the open ones first).
+    pub fn overloaded(&self) {
+        self.down();
+        self.overloaded.store(true, Ordering::SeqCst);
         self.up.store(true, Ordering::SeqCst);
     }
 }
