@@ -128,7 +128,7 @@ async fn cluster_and_machines_lifecycle() {
             let dm = eventually(LONG, &format!("{dm_name} provisioned"), || async {
                 env.docker_machine(&ns, &dm_name)
                     .await
-                    .filter(|dm| dm.spec.provider_id.is_some())
+                    .filter(fully_provisioned)
             })
             .await;
             assert_eq!(
@@ -302,7 +302,7 @@ async fn paused_objects_are_left_alone_until_resumed() {
         eventually(LONG, "machine provisioned after resume", || async {
             env.docker_machine(&ns, &format!("{name}-w"))
                 .await
-                .filter(|dm| dm.spec.provider_id.is_some())
+                .filter(fully_provisioned)
         })
         .await;
     })
@@ -427,7 +427,7 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
         let provisioned = eventually(LONG, "w0 provisioned", || async {
             env.docker_machine(&ns, "w0")
                 .await
-                .filter(|dm| dm.spec.provider_id.is_some())
+                .filter(fully_provisioned)
         })
         .await;
         let node = format!("{name}-w0");
@@ -533,7 +533,10 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
         network: env.network.clone(),
         health_port: 0,
     };
-    let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- sleep 4\n- mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
+    // Shaped like CABPK's data: the long command and the sentinel are one runcmd entry
+    // (`kubeadm init ... && echo success > sentinel`), so the step in flight when the manager
+    // dies still completes inside the node, and the new manager must not start it again.
+    let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- sleep 4 && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
 
     r.namespace("a").await;
     provisioned_cluster(&r, &ns, &name).await;
@@ -548,7 +551,7 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
     )
     .await;
     let docker = docker().await;
-    eventually(LONG, "bootstrapping", || async {
+    eventually(LONG, "the slow bootstrap step running", || async {
         r.docker_machine(&ns, &format!("{name}-cp"))
             .await
             .filter(|dm| {
@@ -556,7 +559,7 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
                     dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
                     "BootstrapExecSucceeded",
                 )
-                .is_some_and(|c| c.reason == "Bootstrapping")
+                .is_some_and(|c| c.reason == "Bootstrapping" && c.message.contains("step 3/3"))
             })
     })
     .await;
@@ -567,7 +570,13 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
         let dm = eventually(LONG, "provisioned after restart", || async {
             env.docker_machine(&ns, &format!("{name}-cp"))
                 .await
-                .filter(|dm| dm.spec.provider_id.is_some())
+                .filter(|dm| {
+                    dm.spec.provider_id.is_some()
+                        && is_true(
+                            dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                            "Ready",
+                        )
+                })
         })
         .await;
         assert!(is_true(
@@ -810,11 +819,7 @@ async fn machine_waits_with_reasons_and_proceeds_on_watch_events() {
     eventually(
         Duration::from_secs(30),
         "provisioned after dataSecretName appeared",
-        || async {
-            r.docker_machine(&ns, &dm)
-                .await
-                .filter(|dm| dm.spec.provider_id.is_some())
-        },
+        || async { r.docker_machine(&ns, &dm).await.filter(fully_provisioned) },
     )
     .await;
 
@@ -920,7 +925,7 @@ async fn contract_edge_cases() {
         machines.patch(&m, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"failureDomain": "fd2"}}))).await.unwrap();
         env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
         env.set_machine_secret(&ns, &m, "boot").await;
-        let dm = eventually(LONG, "machine provisioned", || async { env.docker_machine(&ns, &m).await.filter(|dm| dm.spec.provider_id.is_some()) }).await;
+        let dm = eventually(LONG, "machine provisioned", || async { env.docker_machine(&ns, &m).await.filter(fully_provisioned) }).await;
         assert_eq!(dm.status.as_ref().unwrap().failure_domain.as_deref(), Some("fd2"));
         assert_eq!(inspect(&docker, &m).await.unwrap().labels[labels::FAILURE_DOMAIN], "fd2");
 

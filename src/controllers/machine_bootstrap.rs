@@ -166,7 +166,9 @@ pub async fn reconcile(
             types::BOOTSTRAP_EXEC_SUCCEEDED,
             reasons::BOOTSTRAP_TIMED_OUT,
             format!(
-                "The bootstrap started at {} did not create {} within {}s",
+                "The bootstrap started at {} by an earlier manager process did not create {} within {}s; \
+                 if that process stopped between two steps, the remaining steps were not run, to avoid running \
+                 any command twice: replace the machine (e.g. with a MachineHealthCheck)",
                 started.to_rfc3339(),
                 bootstrap::SENTINEL_PATH,
                 timeout.as_secs()

@@ -621,6 +621,18 @@ pub fn is_true(conditions: Option<&Vec<capd::api::conditions::Condition>>, type_
         .is_some_and(|c| c.status == capd::api::conditions::ConditionStatus::True)
 }
 
+/// A DockerMachine is fully provisioned: providerID in spec (written first) and the status that
+/// follows it (provisioned, Ready).
+pub fn fully_provisioned(dm: &capd::api::DockerMachine) -> bool {
+    let status = dm.status.as_ref();
+    dm.spec.provider_id.is_some()
+        && status
+            .and_then(|s| s.initialization.as_ref())
+            .and_then(|i| i.provisioned)
+            == Some(true)
+        && is_true(status.and_then(|s| s.conditions.as_ref()), "Ready")
+}
+
 /// Run a shell command in a container and return stdout (trimmed).
 pub async fn exec(docker: &BollardRuntime, container: &str, script: &str) -> (i64, String) {
     let out = docker
