@@ -229,15 +229,12 @@ async fn paused_objects_are_left_alone_until_resumed() {
         )
         .await;
         let dc = eventually(LONG, "Paused condition", || async {
-            env.docker_cluster(&ns, &name).await.filter(|dc| {
-                is_true(
-                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                    "Paused",
-                )
-            })
+            env.docker_cluster(&ns, &name)
+                .await
+                .filter(|dc| dc.cond_true("Paused"))
         })
         .await;
-        let paused = condition(dc.status.as_ref().unwrap().conditions.as_ref(), "Paused").unwrap();
+        let paused = dc.cond("Paused").unwrap();
         assert_eq!(paused.reason, "Paused");
         assert!(paused.message.contains("annotation"), "{}", paused.message);
         never(Duration::from_secs(3), "no LB while paused", || async {
@@ -276,20 +273,10 @@ async fn paused_objects_are_left_alone_until_resumed() {
         let dm = eventually(LONG, "machine Paused condition", || async {
             env.docker_machine(&ns, &format!("{name}-w"))
                 .await
-                .filter(|dm| {
-                    is_true(
-                        dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                        "Paused",
-                    )
-                })
+                .filter(|dm| dm.cond_true("Paused"))
         })
         .await;
-        assert!(
-            condition(dm.status.as_ref().unwrap().conditions.as_ref(), "Paused")
-                .unwrap()
-                .message
-                .contains("spec.paused")
-        );
+        assert!(dm.cond("Paused").unwrap().message.contains("spec.paused"));
         never(
             Duration::from_secs(3),
             "no node container while paused",
@@ -337,18 +324,18 @@ async fn failing_and_invalid_bootstrap_data_give_conditions() {
         for (m, _, reason, fragments) in &cases {
             let dm = eventually(LONG, &format!("{m}: BootstrapExecSucceeded reason {reason}"), || async {
                 env.docker_machine(&ns, m).await.filter(|dm| {
-                    condition(dm.status.as_ref().and_then(|s| s.conditions.as_ref()), "BootstrapExecSucceeded").is_some_and(|c| c.reason == *reason)
+                    dm.cond("BootstrapExecSucceeded").is_some_and(|c| c.reason == *reason)
                 })
             })
             .await;
-            let c = condition(dm.status.as_ref().unwrap().conditions.as_ref(), "BootstrapExecSucceeded").unwrap().clone();
+            let c = dm.cond("BootstrapExecSucceeded").unwrap().clone();
             assert_eq!(c.status, ConditionStatus::False);
             for f in fragments {
                 assert!(c.message.contains(f), "{m}: {:?} should contain {f:?}", c.message);
             }
             assert!(!c.message.contains("0123456789abcdef"), "secrets are redacted: {}", c.message);
             assert!(dm.spec.provider_id.is_none(), "{m} must not be provisioned");
-            assert!(!is_true(dm.status.as_ref().unwrap().conditions.as_ref(), "Ready"));
+            assert!(!dm.cond_true("Ready"));
         }
         // The failing command stopped the run: the step after it never ran.
         let container = format!("{name}-m-fail");
@@ -442,12 +429,9 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
             Duration::from_secs(30),
             "w0 not Ready after stop",
             || async {
-                env.docker_machine(&ns, "w0").await.filter(|dm| {
-                    !is_true(
-                        dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                        "Ready",
-                    )
-                })
+                env.docker_machine(&ns, "w0")
+                    .await
+                    .filter(|dm| !dm.cond_true("Ready"))
             },
         )
         .await;
@@ -470,31 +454,20 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
             "w0 reports its container gone",
             || async {
                 env.docker_machine(&ns, "w0").await.filter(|dm| {
-                    condition(
-                        dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                        "ContainerProvisioned",
-                    )
-                    .is_some_and(|c| {
+                    dm.cond("ContainerProvisioned").is_some_and(|c| {
                         c.reason == "NotProvisioned" && c.message.contains("does not exist anymore")
                     })
                 })
             },
         )
         .await;
-        let c = condition(
-            dm.status.as_ref().unwrap().conditions.as_ref(),
-            "ContainerProvisioned",
-        )
-        .unwrap();
+        let c = dm.cond("ContainerProvisioned").unwrap();
         assert!(
             c.message.contains("does not exist anymore"),
             "{}",
             c.message
         );
-        assert!(!is_true(
-            dm.status.as_ref().unwrap().conditions.as_ref(),
-            "Ready"
-        ));
+        assert!(!dm.cond_true("Ready"));
         assert!(inspect(&docker, &node).await.is_none(), "not recreated");
 
         // Deletion completes with the LB and the node container already gone.
@@ -555,11 +528,8 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
         r.docker_machine(&ns, &format!("{name}-cp"))
             .await
             .filter(|dm| {
-                condition(
-                    dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                    "BootstrapExecSucceeded",
-                )
-                .is_some_and(|c| c.reason == "Bootstrapping" && c.message.contains("step 3/3"))
+                dm.cond("BootstrapExecSucceeded")
+                    .is_some_and(|c| c.reason == "Bootstrapping" && c.message.contains("step 3/3"))
             })
     })
     .await;
@@ -570,19 +540,10 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
         let dm = eventually(LONG, "provisioned after restart", || async {
             env.docker_machine(&ns, &format!("{name}-cp"))
                 .await
-                .filter(|dm| {
-                    dm.spec.provider_id.is_some()
-                        && is_true(
-                            dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                            "Ready",
-                        )
-                })
+                .filter(|dm| dm.spec.provider_id.is_some() && dm.cond_true("Ready"))
         })
         .await;
-        assert!(is_true(
-            dm.status.as_ref().unwrap().conditions.as_ref(),
-            "Ready"
-        ));
+        assert!(dm.cond_true("Ready"));
         // Exactly one LB and one node container for this cluster.
         let all = docker
             .list(&std::collections::BTreeMap::from([(
@@ -648,28 +609,17 @@ async fn docker_outage_is_reported_and_recovered_from() {
     r.create_docker_cluster(&ns, &cluster, json!({})).await;
     env.run(|env| async move {
         let dc = eventually(LONG, "DockerUnavailable condition", || async {
-            env.docker_cluster(&ns, &name).await.filter(|dc| {
-                condition(
-                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                    "LoadBalancerAvailable",
-                )
-                .is_some_and(|c| c.reason == "DockerUnavailable")
-            })
+            env.docker_cluster(&ns, &name)
+                .await
+                .filter(|dc| dc.has_reason("LoadBalancerAvailable", "DockerUnavailable"))
         })
         .await;
-        assert!(!is_true(
-            dc.status.as_ref().unwrap().conditions.as_ref(),
-            "Ready"
-        ));
+        assert!(!dc.cond_true("Ready"));
         // An engine that answers 5xx is reported the same way, with its message.
         proxy.overloaded();
         eventually(LONG, "DockerUnavailable naming the 503", || async {
             env.docker_cluster(&ns, &name).await.filter(|dc| {
-                condition(
-                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                    "LoadBalancerAvailable",
-                )
-                .is_some_and(|c| {
+                dc.cond("LoadBalancerAvailable").is_some_and(|c| {
                     c.reason == "DockerUnavailable" && c.message.contains("engine overloaded")
                 })
             })
@@ -680,12 +630,9 @@ async fn docker_outage_is_reported_and_recovered_from() {
             Duration::from_secs(150),
             "recovered without intervention",
             || async {
-                env.docker_cluster(&ns, &name).await.filter(|dc| {
-                    is_true(
-                        dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                        "LoadBalancerAvailable",
-                    )
-                })
+                env.docker_cluster(&ns, &name)
+                    .await
+                    .filter(|dc| dc.cond_true("LoadBalancerAvailable"))
             },
         )
         .await;
@@ -710,20 +657,12 @@ async fn same_cluster_name_in_two_namespaces_stays_separate() {
 
         // B is told why it cannot have the name; A's container is untouched.
         let dc_b = eventually(LONG, "name conflict reported on B", || async {
-            env.docker_cluster(&ns_b, &name).await.filter(|dc| {
-                condition(
-                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                    "LoadBalancerAvailable",
-                )
-                .is_some_and(|c| c.reason == "ContainerNameConflict")
-            })
+            env.docker_cluster(&ns_b, &name)
+                .await
+                .filter(|dc| dc.has_reason("LoadBalancerAvailable", "ContainerNameConflict"))
         })
         .await;
-        let c = condition(
-            dc_b.status.as_ref().unwrap().conditions.as_ref(),
-            "LoadBalancerAvailable",
-        )
-        .unwrap();
+        let c = dc_b.cond("LoadBalancerAvailable").unwrap();
         assert!(c.message.contains(&ns_a), "{}", c.message);
         let info = inspect(&docker, &lb).await.unwrap();
         assert_eq!(info.labels[labels::CLUSTER_NAMESPACE], ns_a);
@@ -766,13 +705,7 @@ async fn machine_waits_with_reasons_and_proceeds_on_watch_events() {
     let ns = r.namespace("a").await;
     let name = format!("{}-c", env.id);
     let reason_of = |dm: Option<DockerMachine>| {
-        dm.and_then(|dm| {
-            condition(
-                dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                "ContainerProvisioned",
-            )
-            .map(|c| c.reason.clone())
-        })
+        dm.and_then(|dm| dm.cond("ContainerProvisioned").map(|c| c.reason.clone()))
     };
 
     // Cluster infrastructure not provisioned yet (CAPI core has not said so).
@@ -909,10 +842,10 @@ async fn contract_edge_cases() {
             .await
             .unwrap();
         let paused = eventually(LONG, "Paused=True", || async {
-            env.docker_cluster(&ns, &name).await.filter(|dc| is_true(dc.status.as_ref().and_then(|s| s.conditions.as_ref()), "Paused"))
+            env.docker_cluster(&ns, &name).await.filter(|dc| dc.cond_true("Paused"))
         })
         .await;
-        let c = condition(paused.status.as_ref().unwrap().conditions.as_ref(), "Paused").unwrap();
+        let c = paused.cond("Paused").unwrap();
         assert_eq!((c.reason.as_str(), c.observed_generation), ("Paused", paused.metadata.generation));
         dcs.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": null}}})))
             .await

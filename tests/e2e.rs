@@ -202,26 +202,17 @@ async fn real_capi_drives_a_cluster_from_the_default_template() {
 
         // KCP's Machine gets a node container; CABPK's real bootstrap data runs until kubeadm.
         let cp = eventually(LONG, "control-plane bootstrap stops at kubeadm", || async {
-            docker_machines(&env, &ns).await.into_iter().find(|dm| {
-                is_cp(dm)
-                    && condition(
-                        dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                        "BootstrapExecSucceeded",
-                    )
-                    .is_some_and(|c| c.reason == "BootstrapFailed")
-            })
+            docker_machines(&env, &ns)
+                .await
+                .into_iter()
+                .find(|dm| is_cp(dm) && dm.has_reason("BootstrapExecSucceeded", "BootstrapFailed"))
         })
         .await;
         assert!(
             cp.owner_references().iter().any(|o| o.kind == "Machine"),
             "core owns the DockerMachine"
         );
-        let msg = &condition(
-            cp.status.as_ref().unwrap().conditions.as_ref(),
-            "BootstrapExecSucceeded",
-        )
-        .unwrap()
-        .message;
+        let msg = &cp.cond("BootstrapExecSucceeded").unwrap().message;
         assert!(msg.contains("kubeadm") && msg.contains("code 127"), "{msg}");
         let cp_container = cp.name_any();
         assert!(cp_container.starts_with(&name));
@@ -322,19 +313,12 @@ async fn real_capi_drives_a_cluster_from_the_default_template() {
             .await
             .unwrap();
         eventually(LONG, "Paused conditions", || async {
-            let dc_paused = env.docker_cluster(&ns, &name).await.is_some_and(|dc| {
-                is_true(
-                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                    "Paused",
-                )
-            });
+            let dc_paused = env
+                .docker_cluster(&ns, &name)
+                .await
+                .is_some_and(|dc| dc.cond_true("Paused"));
             let dms = docker_machines(&env, &ns).await;
-            let all_paused = dms.iter().all(|dm| {
-                is_true(
-                    dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
-                    "Paused",
-                )
-            });
+            let all_paused = dms.iter().all(|dm| dm.cond_true("Paused"));
             (dc_paused && all_paused && !dms.is_empty()).then_some(())
         })
         .await;

@@ -152,6 +152,23 @@ impl BollardRuntime {
         self.calls.iter().map(|n| n.load(Ordering::Relaxed)).sum()
     }
 
+    /// All containers (any state) matching the engine-side `filters`.
+    async fn list_raw(
+        &self,
+        filters: &HashMap<&str, Vec<&str>>,
+        what: &str,
+    ) -> RuntimeResult<Vec<bollard::models::ContainerSummary>> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(filters)
+            .build();
+        self.count(Op::ContainerList);
+        self.docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| classify(what, e))
+    }
+
     fn count(&self, op: Op) {
         self.calls[op as usize].fetch_add(1, Ordering::Relaxed);
     }
@@ -166,16 +183,9 @@ impl BollardRuntime {
         }
         let exact = format!("^/{name}$");
         let filters = HashMap::from([("name", vec![exact.as_str()])]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        self.count(Op::ContainerList);
         let found = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| classify(&format!("look up container {name}"), e))?;
+            .list_raw(&filters, &format!("look up container {name}"))
+            .await?;
         Ok(found
             .into_iter()
             .find(|c| {
@@ -433,17 +443,8 @@ impl ContainerRuntime for BollardRuntime {
 
     async fn list(&self, labels: &BTreeMap<String, String>) -> RuntimeResult<Vec<ContainerInfo>> {
         let selectors: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let filters = HashMap::from([("label", selectors)]);
-        let options = ListContainersOptionsBuilder::default()
-            .all(true)
-            .filters(&filters)
-            .build();
-        self.count(Op::ContainerList);
-        let found = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| classify("list containers", e))?;
+        let filters = HashMap::from([("label", selectors.iter().map(String::as_str).collect())]);
+        let found = self.list_raw(&filters, "list containers").await?;
         let mut infos: Vec<ContainerInfo> = found.into_iter().map(info_from_summary).collect();
         infos.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(infos)

@@ -621,6 +621,36 @@ pub fn is_true(conditions: Option<&Vec<capd::api::conditions::Condition>>, type_
         .is_some_and(|c| c.status == capd::api::conditions::ConditionStatus::True)
 }
 
+/// Condition lookups on our objects' status.
+pub trait Conditioned {
+    fn conditions(&self) -> Option<&Vec<capd::api::conditions::Condition>>;
+
+    fn cond(&self, type_: &str) -> Option<&capd::api::conditions::Condition> {
+        condition(self.conditions(), type_)
+    }
+
+    fn cond_true(&self, type_: &str) -> bool {
+        is_true(self.conditions(), type_)
+    }
+
+    /// Whether condition `type_` has reason `reason`.
+    fn has_reason(&self, type_: &str, reason: &str) -> bool {
+        self.cond(type_).is_some_and(|c| c.reason == reason)
+    }
+}
+
+impl Conditioned for capd::api::DockerCluster {
+    fn conditions(&self) -> Option<&Vec<capd::api::conditions::Condition>> {
+        self.status.as_ref().and_then(|s| s.conditions.as_ref())
+    }
+}
+
+impl Conditioned for capd::api::DockerMachine {
+    fn conditions(&self) -> Option<&Vec<capd::api::conditions::Condition>> {
+        self.status.as_ref().and_then(|s| s.conditions.as_ref())
+    }
+}
+
 /// A DockerMachine is fully provisioned: providerID in spec (written first) and the status that
 /// follows it (provisioned, Ready).
 pub fn fully_provisioned(dm: &capd::api::DockerMachine) -> bool {
