@@ -89,12 +89,11 @@ pub async fn run<S, C, M>(
     let client = ctx.client.clone();
     let wc = scope.watcher();
 
-    let (dc_store, dc_writer) = reflector::store();
-    let dc_stream = watcher::watcher(scope.api::<DockerCluster>(&client), wc.clone())
-        .default_backoff()
-        .reflect(dc_writer)
-        .applied_objects()
-        .predicate_filter(predicates::own_docker_cluster, Default::default());
+    let (dc_store, dc_stream) = primary(
+        scope.api::<DockerCluster>(&client),
+        &wc,
+        predicates::own_docker_cluster,
+    );
     let clusters = Controller::for_stream(dc_stream, dc_store)
         .watches_stream(
             filtered(scope.api::<Cluster>(&client), &wc, predicates::cluster),
@@ -110,12 +109,11 @@ pub async fn run<S, C, M>(
         )
         .for_each(|r| async move { log_result("DockerCluster", r) });
 
-    let (dm_store, dm_writer) = reflector::store();
-    let dm_stream = watcher::watcher(scope.api::<DockerMachine>(&client), wc.clone())
-        .default_backoff()
-        .reflect(dm_writer)
-        .applied_objects()
-        .predicate_filter(predicates::own_docker_machine, Default::default());
+    let (dm_store, dm_stream) = primary(
+        scope.api::<DockerMachine>(&client),
+        &wc,
+        predicates::own_docker_machine,
+    );
     let (by_cluster, by_docker_cluster) = (dm_store.clone(), dm_store.clone());
     let machines = Controller::for_stream(dm_stream, dm_store)
         .watches_stream(
@@ -145,6 +143,29 @@ pub async fn run<S, C, M>(
         .for_each(|r| async move { log_result("DockerMachine", r) });
 
     futures::join!(clusters, machines);
+}
+
+/// A controller's own kind: every event updates the cache (mappers and reconciles read it), but
+/// only changes that pass `predicate` trigger a reconcile (not the echo of our status writes).
+fn primary<K>(
+    api: Api<K>,
+    wc: &WatcherConfig,
+    predicate: fn(&K) -> Option<u64>,
+) -> (
+    reflector::Store<K>,
+    impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher::watcher(api, wc.clone())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicate, Default::default());
+    (store, stream)
 }
 
 /// Related objects are watched through a predicate: only changes of fields we read trigger.

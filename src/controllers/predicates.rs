@@ -68,22 +68,25 @@ pub fn own<K: kube::Resource>(obj: &K) -> Option<u64> {
 /// [`own`], plus whether status still says provisioned: `clusterctl move` (or a user) clearing
 /// the status must trigger the reconcile that rebuilds it.
 pub fn own_docker_cluster(dc: &DockerCluster) -> Option<u64> {
-    let provisioned = dc
-        .status
-        .as_ref()
-        .and_then(|s| s.initialization.as_ref())
-        .and_then(|i| i.provisioned);
-    hash((own(dc), provisioned))
+    own_with_provisioned(
+        dc,
+        dc.status.as_ref().and_then(|s| s.initialization.as_ref()),
+    )
 }
 
 /// See [`own_docker_cluster`].
 pub fn own_docker_machine(dm: &crate::api::DockerMachine) -> Option<u64> {
-    let provisioned = dm
-        .status
-        .as_ref()
-        .and_then(|s| s.initialization.as_ref())
-        .and_then(|i| i.provisioned);
-    hash((own(dm), provisioned))
+    own_with_provisioned(
+        dm,
+        dm.status.as_ref().and_then(|s| s.initialization.as_ref()),
+    )
+}
+
+fn own_with_provisioned<K: kube::Resource>(
+    obj: &K,
+    init: Option<&crate::api::Initialization>,
+) -> Option<u64> {
+    hash((own(obj), init.and_then(|i| i.provisioned)))
 }
 
 #[cfg(test)]
