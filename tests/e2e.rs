@@ -13,7 +13,7 @@ mod common;
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
 use capd::{
-    api::{DockerCluster, DockerMachine},
+    api::DockerMachine,
     docker::{ContainerRuntime, labels},
 };
 use common::*;
@@ -376,7 +376,6 @@ async fn real_capi_drives_a_cluster_from_the_default_template() {
             gone.then_some(())
         })
         .await;
-        let _ = Api::<DockerCluster>::namespaced(env.client.clone(), &ns);
     })
     .await;
 }

@@ -79,6 +79,10 @@ pub async fn reconcile(
     let terminal = current.as_ref().is_some_and(|c| {
         c.reason == reasons::BOOTSTRAP_FAILED || c.reason == reasons::BOOTSTRAP_TIMED_OUT
     });
+    // Once a terminal result is in status, the finished task has nothing left to tell.
+    if terminal {
+        ctx.bootstraps.forget(&uid);
+    }
 
     if current
         .as_ref()
@@ -102,7 +106,7 @@ pub async fn reconcile(
             ));
             return Ok(Outcome::Wait(Action::requeue(POLL)));
         }
-        // The result stays in the task list until a pass sees it persisted (terminal above).
+        // A terminal result stays in the task list until a pass sees it persisted (above).
         TaskState::Finished(Finished::Failed(message)) => {
             set(Desired::false_(
                 types::BOOTSTRAP_EXEC_SUCCEEDED,
