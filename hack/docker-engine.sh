@@ -33,15 +33,72 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# --- privileged containers: the runc shim -------------------------------------------------------
+# Debian's Engine 20.10 asks runc for every capability the kernel knows when a container (or an
+# exec) is --privileged; where the host's bounding set lacks one (CAP_SYS_RESOURCE on our CI VMs),
+# runc fails with "unable to apply caps". The shim (hack/runc-shim) removes exactly the missing
+# capabilities from the OCI spec and execs runc; registered as dockerd's default runtime, it makes
+# upstream's --privileged node containers, kind and upstream CAPD work here unchanged.
+SHIM_RUNTIME=capd-runc
+SHIM_BIN="$BIN_DIR/capd-runc-shim"
+
+# Succeeds when the bounding set lacks a capability the kernel knows.
+bounding_set_incomplete() {
+  local last bnd
+  last=$(cat /proc/sys/kernel/cap_last_cap) || die "cannot read /proc/sys/kernel/cap_last_cap"
+  bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status) || die "cannot read CapBnd from /proc/self/status"
+  [[ -n $bnd ]] || die "no CapBnd line in /proc/self/status"
+  (( (0x$bnd & ((1 << (last + 1)) - 1)) != ((1 << (last + 1)) - 1) ))
+}
+
+# Builds the shim (serde_json only: seconds) and installs it where dockerd's config points.
+install_shim() {
+  log "building the runc shim (the host's capability bounding set is incomplete)"
+  cargo build --quiet --release --locked -p capd-runc-shim --manifest-path "$REPO_ROOT/Cargo.toml" \
+    --target-dir "$CACHE_DIR/runc-shim-target" || die "cannot build hack/runc-shim"
+  install -m 0755 "$CACHE_DIR/runc-shim-target/release/capd-runc-shim" "$SHIM_BIN.new"
+  mv -f "$SHIM_BIN.new" "$SHIM_BIN"
+}
+
+DOCKERD_ARGS=()
+if bounding_set_incomplete; then
+  install_shim
+  DOCKERD_ARGS=(--add-runtime "$SHIM_RUNTIME=$SHIM_BIN" --default-runtime "$SHIM_RUNTIME")
+fi
+
+our_dockerd_pid() {
+  local pid
+  [[ -f $DOCKERD_PID ]] && pid=$(<"$DOCKERD_PID") && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
 if docker info >/dev/null 2>&1; then
-  log "docker engine answers ($(docker version -f '{{.Server.Version}} API {{.Server.APIVersion}}' 2>/dev/null))"
-  exit 0
+  runtime=$(docker info -f '{{.DefaultRuntime}}' 2>/dev/null || true)
+  if ((${#DOCKERD_ARGS[@]})) && [[ $runtime != "$SHIM_RUNTIME" ]]; then
+    if pid=$(our_dockerd_pid); then
+      # Ours, started before the shim existed: restart it once with the shim.
+      log "restarting our dockerd (pid $pid) with the runc shim as its default runtime"
+      kill -TERM "$pid"
+      deadline=$((SECONDS + 60))
+      while kill -0 "$pid" 2>/dev/null; do
+        (( SECONDS < deadline )) || die "dockerd (pid $pid) did not exit in 60s"
+        sleep 0.5
+      done
+    else
+      log "WARNING: the Docker Engine was not started by us and its default runtime is '$runtime'," \
+        "not the runc shim: --privileged node containers will fail on this host" \
+        "(start dockerd with ${DOCKERD_ARGS[*]}, or run the manager with --node-privilege all-capabilities)"
+      exit 0
+    fi
+  else
+    log "docker engine answers ($(docker version -f '{{.Server.Version}} API {{.Server.APIVersion}}' 2>/dev/null), default runtime $runtime)"
+    exit 0
+  fi
 fi
 
 [[ $EUID -eq 0 ]] || die "docker does not answer and starting dockerd needs root"
 
 # A dockerd we started earlier may still be booting: wait for it instead of starting a second one.
-if [[ -f $DOCKERD_PID ]] && kill -0 "$(cat "$DOCKERD_PID")" 2>/dev/null; then
+if our_dockerd_pid >/dev/null; then
   log "dockerd (pid $(cat "$DOCKERD_PID")) is starting; waiting for /var/run/docker.sock"
 else
   # A daemon not started by us but alive (e.g. stuck) would fight over /var/run/docker.pid.
@@ -50,9 +107,9 @@ else
   fi
   log "starting dockerd in the background (log: $DOCKERD_LOG)"
   # setsid: the daemon must outlive this script and not receive its terminal's signals.
-  setsid dockerd >>"$DOCKERD_LOG" 2>&1 < /dev/null &
+  setsid dockerd "${DOCKERD_ARGS[@]}" >>"$DOCKERD_LOG" 2>&1 < /dev/null &
   echo $! > "$DOCKERD_PID"
 fi
 
 wait_for 60 "dockerd to answer on /var/run/docker.sock (see $DOCKERD_LOG)" docker info
-log "docker engine answers ($(docker version -f '{{.Server.Version}} API {{.Server.APIVersion}}'))"
+log "docker engine answers ($(docker version -f '{{.Server.Version}} API {{.Server.APIVersion}}'), default runtime $(docker info -f '{{.DefaultRuntime}}'))"
