@@ -352,7 +352,6 @@ run_one() {
     --watch-filter="$ID" \
     --container-label="$LABEL_KEY=$ID" \
     --docker-network="$network" \
-    --node-privilege=all-capabilities \
     --health-addr="127.0.0.1:$PORT" \
     --lb-image="$LB_IMAGE" \
     "${EXTRA_ARGS[@]}" \

@@ -2,8 +2,9 @@
 # Builds kube-apiserver, kubectl (Kubernetes v$K8S_VERSION), etcd (v$ETCD_VERSION) and, with
 # `capi`, the Cluster API v$CAPI_VERSION managers and clusterctl, all from the Go module proxy
 # through throwaway wrapper modules. Binaries are cached in $BIN_DIR keyed by version.
-#   hack/build-binaries.sh [kube|kcm|etcd|capi|all]   (default: kube etcd)
-# (kcm = kube-controller-manager, same wrapper module as kube)
+#   hack/build-binaries.sh [kube|kcm|node|etcd|coredns|capi|all]   (default: kube etcd)
+# (kcm = kube-controller-manager; node = every Kubernetes binary a kind-style node image needs;
+#  all three use one wrapper module)
 source "$(dirname "$0")/lib.sh"
 
 WORK="$CACHE_DIR/build"
@@ -27,7 +28,7 @@ prepare_k8s_wrapper() {
       grep -E '=> \./staging/src/' "$mod" | awk -v v="$stg" '{printf "\t%s => %s %s\n", $1, $1, v}'
       echo ')'
     } > go.mod.new
-    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n' > tools.go.new
+    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n\t_ "k8s.io/kubernetes/cmd/kubelet"\n\t_ "k8s.io/kubernetes/cmd/kubeadm"\n\t_ "k8s.io/kubernetes/cmd/kube-proxy"\n\t_ "k8s.io/kubernetes/cmd/kube-scheduler"\n)\n' > tools.go.new
     # Re-tidy only when the inputs changed (tidy re-resolves the whole graph: slow).
     if ! cmp -s go.mod.new go.mod.in || ! cmp -s tools.go.new tools.go || [[ ! -f go.sum ]]; then
       cp go.mod.new go.mod; mv go.mod.new go.mod.in; mv tools.go.new tools.go
@@ -69,6 +70,40 @@ build_kcm() {
   (cd "$dir" && CGO_ENABLED=0 go build -trimpath -tags selinux,notest -ldflags "$K8S_LDFLAGS" -o "$out/" \
     k8s.io/kubernetes/cmd/kube-controller-manager)
   log "built $out/kube-controller-manager"
+}
+
+# What a kind-style node needs besides kube-apiserver/kube-controller-manager/kubectl: kubelet and
+# kubeadm on the node, kube-scheduler and kube-proxy as images. One `go build` for all of them
+# shares the compilation of the common packages.
+build_node() {
+  local out="$BIN_DIR/k8s-v$K8S_VERSION" b missing=()
+  for b in kube-apiserver kube-controller-manager kubectl kubelet kubeadm kube-proxy kube-scheduler; do
+    [[ -x "$out/$b" ]] || missing+=("k8s.io/kubernetes/cmd/$b")
+  done
+  if ((${#missing[@]} == 0)); then log "Kubernetes v$K8S_VERSION node binaries cached"; return; fi
+  log "building ${missing[*]##*/} v$K8S_VERSION from the Go module proxy (cold: ~15-25 min)"
+  local dir="$WORK/k8s-$K8S_VERSION"
+  mkdir -p "$out"
+  prepare_k8s_wrapper "$dir"
+  (cd "$dir" && CGO_ENABLED=0 go build -trimpath -tags selinux,notest -ldflags "$K8S_LDFLAGS" -o "$out/" "${missing[@]}")
+  log "built ${missing[*]##*/} in $out"
+}
+
+# CoreDNS at the version kubeadm deploys, for the node image.
+build_coredns() {
+  local out="$BIN_DIR/coredns-v$COREDNS_VERSION"
+  if [[ -x "$out/coredns" ]]; then log "coredns v$COREDNS_VERSION cached"; return; fi
+  log "building coredns v$COREDNS_VERSION from the Go module proxy (cold: ~5-10 min)"
+  local dir="$WORK/coredns-$COREDNS_VERSION"
+  mkdir -p "$dir" "$out"
+  (
+    cd "$dir"
+    printf 'module capd-rs.local/corednsbin\n\ngo 1.25.0\n\nrequire github.com/coredns/coredns v%s\n' "$COREDNS_VERSION" > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/coredns/coredns"\n' > tools.go
+    go mod tidy
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/coredns" github.com/coredns/coredns
+  )
+  log "built $out/coredns"
 }
 
 build_etcd() {
@@ -122,6 +157,8 @@ for t in "${targets[@]}"; do
     kcm) build_kcm ;;
     etcd) build_etcd ;;
     capi) build_capi ;;
+    node) build_node ;;
+    coredns) build_coredns ;;
     all) build_etcd; build_kube; build_kcm; build_capi ;;
     capi-module-dir) capi_module_dir ;;
     *) die "unknown target $t" ;;

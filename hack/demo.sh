@@ -46,7 +46,7 @@ cargo build --locked --bin manager
 if ! manager_running; then
   log "starting the manager (log: $DEMO_DIR/manager.log)"
   nohup target/debug/manager --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
-    --node-privilege=all-capabilities --docker-network=capd-rs-demo \
+    --docker-network=capd-rs-demo \
     --container-label="$DEMO_LABEL" >"$DEMO_DIR/manager.log" 2>&1 &
   echo $! >"$DEMO_DIR/manager.pid"
 fi

@@ -8,7 +8,11 @@ REPO_ROOT=$(cd "$HACK_DIR/.." && pwd)
 
 # Pinned versions of everything the local plane builds from the registries.
 K8S_VERSION=${K8S_VERSION:-1.35.4}
-ETCD_VERSION=${ETCD_VERSION:-3.6.16}
+# etcd: the version kubeadm v$K8S_VERSION deploys (its DefaultEtcdVersion), so the plane and the
+# node image share one build.
+ETCD_VERSION=${ETCD_VERSION:-3.6.6}
+# CoreDNS: the version kubeadm v$K8S_VERSION deploys (its CoreDNSVersion).
+COREDNS_VERSION=${COREDNS_VERSION:-1.13.1}
 CAPI_VERSION=${CAPI_VERSION:-1.13.5}
 
 # Cache outside the repository: built binaries, images' rootfs tarballs, Go caches.

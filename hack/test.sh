@@ -15,23 +15,27 @@ step "Docker Engine"
 hack/docker-engine.sh
 step "local images (HAProxy load balancer, light node)"
 hack/images.sh
+step "kind-style node image (Kubernetes v$K8S_VERSION, built offline; cached by recipe)"
+hack/node-image.sh
 step "local management plane (etcd, kube-apiserver, CRDs)"
 hack/plane.sh up
 export CAPD_RS_KUBECONFIG="$KUBECONFIG_PATH"
 
 step "format and lint"
 cargo fmt --check
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # Integration tests create CAPI objects by hand, so they run before the CAPI managers start.
 hack/capi.sh down >/dev/null 2>&1 || true
 step "unit tests, CRD tests, Docker adapter tests, controller integration tests"
 cargo test --locked --lib --bins --test crds --test docker_engine --test controllers
+cargo test --locked -p capd-runc-shim
 
 step "CAPI core, kubeadm bootstrap and kubeadm control-plane managers"
 hack/capi.sh up
-step "end-to-end test driven by the real Cluster API"
+step "end-to-end tests driven by the real Cluster API (light nodes; real Kubernetes nodes)"
 cargo test --locked --test e2e
+cargo test --locked --test e2e_nodes -- --nocapture
 
 step "packaging checks (components, clusterctl, container image)"
 hack/test-packaging.sh

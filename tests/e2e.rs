@@ -10,133 +10,18 @@
 //! a KubeadmConfigTemplate, whose join data would never come.
 mod common;
 
-use std::{collections::BTreeMap, process::Command, time::Duration};
+use std::time::Duration;
 
-use capd::{
-    api::DockerMachine,
-    docker::{ContainerRuntime, labels},
-};
-use common::*;
+use capd::docker::labels;
+use common::{capi_e2e::*, *};
 use kube::{
-    Api, ResourceExt,
-    api::{DynamicObject, ListParams, Patch, PatchParams},
+    ResourceExt,
+    api::{ListParams, Patch, PatchParams},
 };
 use serde_json::json;
 
 const LONG: Duration = Duration::from_secs(180);
 const WORKER_BOOTSTRAP: &str = include_str!("fixtures/bootstrap-ok.yaml");
-
-/// A binary built by `hack/build-binaries.sh`.
-fn bin(rel: &str) -> String {
-    cache_dir().join("bin").join(rel).display().to_string()
-}
-
-fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
-    use std::io::Write;
-    let mut child = Command::new(bin("k8s-v1.35.4/kubectl"))
-        .args(args)
-        .env("KUBECONFIG", kubeconfig_path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl (run hack/plane.sh up)");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `clusterctl generate cluster` from our default template, then the MachineDeployment switched
-/// to a prepared bootstrap Secret (see the module docs).
-fn render_cluster(name: &str, ns: &str, worker_secret: &str) -> String {
-    let template = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/templates/cluster-template.yaml"
-    );
-    let out = Command::new(bin("capi-v1.13.5/clusterctl"))
-        .args([
-            "generate",
-            "cluster",
-            name,
-            "--from",
-            template,
-            "--kubernetes-version",
-            "v1.35.4",
-        ])
-        .args([
-            "--control-plane-machine-count",
-            "1",
-            "--worker-machine-count",
-            "2",
-            "--target-namespace",
-            ns,
-        ])
-        .env("KUBECONFIG", kubeconfig_path())
-        .env("DOCKER_NODE_IMAGE", NODE_IMAGE)
-        .output()
-        .expect("clusterctl (run hack/capi.sh up)");
-    assert!(
-        out.status.success(),
-        "clusterctl generate cluster: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rendered = String::from_utf8(out.stdout).unwrap();
-    let mut docs = Vec::new();
-    for doc in rendered.split("\n---\n").filter(|d| d.contains("kind:")) {
-        let mut v: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();
-        match v["kind"].as_str() {
-            Some("MachineDeployment") => {
-                v["spec"]["template"]["spec"]["bootstrap"] =
-                    json!({"dataSecretName": worker_secret})
-            }
-            Some("KubeadmConfigTemplate") => continue,
-            _ => {}
-        }
-        docs.push(serde_yaml_ng::to_string(&v).unwrap());
-    }
-    docs.join("---\n")
-}
-
-fn capi_api(env: &TestEnvRef, ns: &str, group: &str, kind: &str) -> Api<DynamicObject> {
-    let gvk = kube::api::GroupVersionKind::gvk(group, "v1beta2", kind);
-    Api::namespaced_with(
-        env.client.clone(),
-        ns,
-        &kube::api::ApiResource::from_gvk(&gvk),
-    )
-}
-
-async fn docker_machines(env: &TestEnvRef, ns: &str) -> Vec<DockerMachine> {
-    Api::<DockerMachine>::namespaced(env.client.clone(), ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-}
-
-fn is_cp(dm: &DockerMachine) -> bool {
-    dm.labels().contains_key("cluster.x-k8s.io/control-plane")
-}
-
-async fn cluster_containers(name: &str, ns: &str) -> Vec<capd::docker::ContainerInfo> {
-    let selector = BTreeMap::from([
-        (labels::KIND_CLUSTER.to_string(), name.to_string()),
-        (labels::CLUSTER_NAMESPACE.to_string(), ns.to_string()),
-    ]);
-    docker().await.list(&selector).await.unwrap()
-}
 
 async fn worker_containers(name: &str, ns: &str) -> usize {
     cluster_containers(name, ns)
@@ -164,7 +49,13 @@ async fn real_capi_drives_a_cluster_from_the_default_template() {
             .await;
         kubectl(
             &["apply", "-f", "-"],
-            Some(&render_cluster(&name, &ns, "worker-bootstrap")),
+            Some(&render_cluster(
+                &name,
+                &ns,
+                2,
+                Some(NODE_IMAGE),
+                Some("worker-bootstrap"),
+            )),
         );
 
         // Core sets the owner reference and the cluster label on our DockerCluster, copies the

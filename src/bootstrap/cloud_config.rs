@@ -2,7 +2,9 @@
 use serde_yaml_ng::Value;
 
 use super::plan::{Plan, display_path, normalize_path, shorten};
-use super::{BootstrapError, Format, KUBEADM_IGNORE_PREFLIGHT_ERRORS, decode, redact};
+use super::{
+    BootstrapError, Format, KUBEADM_IGNORE_PREFLIGHT_ERRORS, NodeOptions, decode, kubeadm, redact,
+};
 
 const FORMAT: Format = Format::CloudConfig;
 
@@ -18,7 +20,10 @@ const FILE_KEYS: &[&str] = &[
     "defer",
 ];
 
-pub(crate) fn commands(data: &[u8]) -> Result<Vec<super::Step>, BootstrapError> {
+pub(crate) fn commands(
+    data: &[u8],
+    options: &NodeOptions,
+) -> Result<Vec<super::Step>, BootstrapError> {
     let text = std::str::from_utf8(data).map_err(|e| BootstrapError::Syntax {
         format: FORMAT,
         syntax: "UTF-8",
@@ -66,7 +71,7 @@ pub(crate) fn commands(data: &[u8]) -> Result<Vec<super::Step>, BootstrapError> 
     let mut plan = Plan::default();
     for (key, value) in &map {
         match key.as_str() {
-            Some("write_files") => write_files(&mut plan, value)?,
+            Some("write_files") => write_files(&mut plan, value, options)?,
             Some("runcmd") => runcmd(&mut plan, value)?,
             _ => {}
         }
@@ -195,7 +200,11 @@ fn boolean(name: &str, v: Option<&Value>) -> Result<bool, String> {
     }
 }
 
-fn write_files(plan: &mut Plan, value: &Value) -> Result<(), BootstrapError> {
+fn write_files(
+    plan: &mut Plan,
+    value: &Value,
+    options: &NodeOptions,
+) -> Result<(), BootstrapError> {
     let files = match value {
         Value::Null => return Ok(()),
         Value::Sequence(files) => files,
@@ -262,6 +271,13 @@ fn write_files(plan: &mut Plan, value: &Value) -> Result<(), BootstrapError> {
         };
         let append = boolean("append", entry.get("append")).map_err(&at)?;
         boolean("defer", entry.get("defer")).map_err(&at)?;
+        // CABPK's kubeadm config, rewritten for a kind-style node. An append is left alone: the
+        // file's whole content is not known here.
+        let bytes = if !append && kubeadm::is_config_path(FORMAT, &path) {
+            kubeadm::rewrite(&location, &bytes, options)?
+        } else {
+            bytes
+        };
 
         plan.write_file(&path, bytes, append);
         if let Some(mode) = mode.filter(|m| *m != 0o644) {
@@ -367,11 +383,11 @@ mod tests {
     const JOIN: &str = include_str!("testdata/cabpk-join.yaml");
 
     fn steps(yaml: &str) -> Vec<Step> {
-        commands(yaml.as_bytes()).unwrap()
+        commands(yaml.as_bytes(), &NodeOptions::default()).unwrap()
     }
 
     fn err(yaml: &str) -> BootstrapError {
-        commands(yaml.as_bytes()).unwrap_err()
+        commands(yaml.as_bytes(), &NodeOptions::default()).unwrap_err()
     }
 
     fn argvs(steps: &[Step]) -> Vec<Vec<&str>> {
@@ -426,11 +442,28 @@ mod tests {
             "{text}"
         );
 
-        // The kubeadm config is written verbatim, token and all, but never described.
+        // The kubeadm config is rewritten for a kind-style node, token and all, but never
+        // described; its mode is kept (the chmod above).
         let kubeadm = write_of(&steps, "/run/kubeadm/kubeadm.yaml");
         let cfg = String::from_utf8(kubeadm.stdin.clone().unwrap()).unwrap();
-        assert!(cfg.contains("token: abcdef.0123456789abcdef"));
-        assert!(cfg.starts_with("---\napiVersion: kubeadm.k8s.io/v1beta4\n"));
+        assert!(cfg.contains("token: abcdef.0123456789abcdef"), "{cfg}");
+        assert!(
+            cfg.starts_with("---\napiVersion: kubeadm.k8s.io/v1beta4\n"),
+            "{cfg}"
+        );
+        assert!(cfg.contains("kind: ClusterConfiguration\n"), "{cfg}");
+        assert!(
+            cfg.contains("  - name: cgroup-root\n    value: /kubelet\n"),
+            "{cfg}"
+        );
+        assert_eq!(cfg.matches("name: eviction-hard").count(), 1, "{cfg}");
+        assert!(
+            cfg.ends_with(
+                "---\napiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nconntrack:\n  maxPerCore: 0\n"
+            ),
+            "{cfg}"
+        );
+        assert!(!cfg.contains("fail-cgroupv1"), "{cfg}");
 
         let key = write_of(&steps, "/etc/kubernetes/pki/ca.key");
         let key = String::from_utf8(key.stdin.clone().unwrap()).unwrap();
@@ -463,8 +496,46 @@ mod tests {
         );
         let cfg = String::from_utf8(join.stdin.clone().unwrap()).unwrap();
         assert!(cfg.contains("kind: JoinConfiguration"));
+        assert!(cfg.contains("token: abcdef.0123456789abcdef"), "{cfg}");
+        assert!(cfg.contains("name: fail-swap-on\n"), "{cfg}");
+        assert!(
+            !cfg.contains("KubeProxyConfiguration"),
+            "a join file gets no kube-proxy config: {cfg}"
+        );
         // The `## template: jinja` header and an empty bootcmd are fine.
         assert!(steps.iter().all(|s| !s.description.contains("bootcmd")));
+    }
+
+    #[test]
+    fn kubeadm_config_rewrite_applies_to_its_paths_only() {
+        let cfg = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: JoinConfiguration\n";
+        let yaml = format!(
+            "write_files:\n\
+             - {{path: /run/kubeadm/kubeadm-join-config.yaml, encoding: b64, content: '{b}'}}\n\
+             - {{path: /etc/other.yaml, encoding: b64, content: '{b}'}}\n\
+             - {{path: /run/kubeadm/kubeadm.yaml, encoding: b64, content: '{b}', append: true}}\n",
+            b = b64(cfg.as_bytes()),
+        );
+        let steps = steps(&yaml);
+        let content = |i: usize| String::from_utf8(steps[i].stdin.clone().unwrap()).unwrap();
+        assert_eq!(steps[1].argv[3], "/run/kubeadm/kubeadm-join-config.yaml");
+        assert!(
+            content(1).contains("criSocket: unix:///var/run/containerd/containerd.sock"),
+            "decoded, then rewritten: {}",
+            content(1)
+        );
+        assert_eq!(content(3), cfg, "other paths are verbatim");
+        assert_eq!(content(4), cfg, "an append is verbatim");
+
+        let e = err(
+            "write_files:\n  - path: /run/kubeadm/kubeadm.yaml\n    content: \"kind: [x\\n\"\n",
+        );
+        assert!(
+            e.to_string().starts_with(
+                "write_files[0] (/run/kubeadm/kubeadm.yaml): kubeadm config is not valid YAML"
+            ),
+            "{e}"
+        );
     }
 
     #[test]
@@ -554,7 +625,7 @@ mod tests {
         assert!(msg.contains("line "), "{msg}");
         assert!(!msg.contains("secretvalue"), "{msg}");
 
-        let e = commands(b"runcmd: [\xff]").unwrap_err();
+        let e = commands(b"runcmd: [\xff]", &NodeOptions::default()).unwrap_err();
         assert!(
             e.to_string()
                 .contains("not valid UTF-8: invalid byte at offset 9"),

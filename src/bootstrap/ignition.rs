@@ -4,7 +4,7 @@ use serde_json::{Map, Value};
 
 use super::cloud_config::parser_message;
 use super::plan::{Plan, display_path, normalize_path, shorten};
-use super::{BootstrapError, Format, Step, decode};
+use super::{BootstrapError, Format, NodeOptions, Step, decode, kubeadm};
 
 const FORMAT: Format = Format::Ignition;
 
@@ -13,7 +13,7 @@ pub(crate) const KUBEADM_SH_FLAG: &str = " --ignore-preflight-errors=all";
 const KUBEADM_SH: &str = "/etc/kubeadm.sh";
 const UNIT_DIR: &str = "/etc/systemd/system";
 
-pub(crate) fn commands(data: &[u8]) -> Result<Vec<Step>, BootstrapError> {
+pub(crate) fn commands(data: &[u8], options: &NodeOptions) -> Result<Vec<Step>, BootstrapError> {
     if data.iter().all(u8::is_ascii_whitespace) {
         return Err(BootstrapError::Empty { format: FORMAT });
     }
@@ -73,7 +73,7 @@ pub(crate) fn commands(data: &[u8]) -> Result<Vec<Step>, BootstrapError> {
             .iter()
             .enumerate()
         {
-            self::file(&mut plan, i, file)?;
+            self::file(&mut plan, i, file, options)?;
         }
         for (i, link) in array(storage.get("links"), "storage.links")?
             .iter()
@@ -320,7 +320,7 @@ fn entry<'a>(v: &'a Value, loc: &str) -> Result<&'a Map<String, Value>, Bootstra
     }
 }
 
-fn file(plan: &mut Plan, i: usize, v: &Value) -> Result<(), BootstrapError> {
+fn file(plan: &mut Plan, i: usize, v: &Value, options: &NodeOptions) -> Result<(), BootstrapError> {
     let base = format!("storage.files[{i}]");
     let m = entry(v, &base)?;
     let path = normalize_path(string(m, "path", &base)?.unwrap_or(""))
@@ -344,7 +344,7 @@ fn file(plan: &mut Plan, i: usize, v: &Value) -> Result<(), BootstrapError> {
         }
     };
     // v2: `append: true` appends `contents`; v3: `append` is a list of extra resources.
-    let (append_contents, appends): (bool, &[Value]) = match m.get("append") {
+    let (append_contents, mut appends): (bool, &[Value]) = match m.get("append") {
         None | Some(Value::Null) => (false, &[]),
         Some(Value::Bool(b)) => (*b, &[]),
         Some(Value::Array(a)) => (false, a),
@@ -359,6 +359,18 @@ fn file(plan: &mut Plan, i: usize, v: &Value) -> Result<(), BootstrapError> {
         }
     };
     match object(m.get("contents"), &loc)? {
+        // CABPK's kubeadm config, rewritten for a kind-style node. Its whole content is known only
+        // when `contents` replaces the file: v3 append fragments are folded in first, so the
+        // rewrite sees what kubeadm will read. A pure append is left alone.
+        Some(contents) if !append_contents && kubeadm::is_config_path(FORMAT, &path) => {
+            let mut bytes = resource(contents, &loc)?;
+            for (j, a) in appends.iter().enumerate() {
+                let aloc = format!("{loc} append[{j}]");
+                bytes.extend(resource(entry(a, &aloc)?, &aloc)?);
+            }
+            appends = &[];
+            plan.write_file(&path, kubeadm::rewrite(&loc, &bytes, options)?, false);
+        }
         Some(contents) => {
             let bytes = resource(contents, &loc)?;
             plan.write_file(&path, fix(bytes), append_contents);
@@ -514,11 +526,13 @@ mod tests {
     const V2: &str = include_str!("testdata/cabpk-ignition-v2.json");
 
     fn steps(doc: &str) -> Vec<Step> {
-        commands(doc.as_bytes()).unwrap()
+        commands(doc.as_bytes(), &NodeOptions::default()).unwrap()
     }
 
     fn err(doc: &str) -> String {
-        commands(doc.as_bytes()).unwrap_err().to_string()
+        commands(doc.as_bytes(), &NodeOptions::default())
+            .unwrap_err()
+            .to_string()
     }
 
     fn argvs(steps: &[Step]) -> Vec<Vec<&str>> {
@@ -571,11 +585,49 @@ mod tests {
             "{sh}"
         );
         assert_eq!(sh.matches("--ignore-preflight-errors").count(), 1, "{sh}");
-        assert!(content(10).contains("token: abcdef.0123456789abcdef"));
+        // The kubeadm config is rewritten (its chmod kept): kubelet flags, kube-proxy config.
+        let cfg = content(10);
+        assert!(cfg.contains("token: abcdef.0123456789abcdef"), "{cfg}");
+        assert!(
+            cfg.contains("criSocket: unix:///var/run/containerd/containerd.sock"),
+            "{cfg}"
+        );
+        assert!(cfg.contains("name: runtime-cgroups\n"), "{cfg}");
+        assert!(cfg.contains("kind: KubeProxyConfiguration\n"), "{cfg}");
         assert!(content(13).contains("ExecStart=/etc/kubeadm.sh"));
         for s in &steps {
             assert!(!s.description.contains("BEGIN") && !s.description.contains("abcdef."));
         }
+    }
+
+    #[test]
+    fn kubeadm_config_append_fragments_are_folded_in() {
+        let doc = v3(
+            r#""storage":{"files":[{"path":"/etc/kubeadm.yml","mode":384,
+                "contents":{"source":"data:,apiVersion%3A%20kubeadm.k8s.io%2Fv1beta4%0A"},
+                "append":[{"source":"data:,kind%3A%20JoinConfiguration%0A"}]}]}"#,
+        );
+        let steps = steps(&doc);
+        assert_eq!(
+            argvs(&steps),
+            [
+                vec!["mkdir", "-p", "/etc"],
+                vec!["/bin/sh", "-c", "cat > \"$0\"", "/etc/kubeadm.yml"],
+                vec!["chmod", "0600", "/etc/kubeadm.yml"],
+            ]
+        );
+        let cfg = String::from_utf8(steps[1].stdin.clone().unwrap()).unwrap();
+        assert!(cfg.contains("kind: JoinConfiguration\n"), "{cfg}");
+        assert!(cfg.contains("name: fail-swap-on\n"), "{cfg}");
+        let msg = err(&v3(
+            r#""storage":{"files":[{"path":"/etc/kubeadm.yml","contents":{"source":"data:,a%3A%20%5B"}}]}"#,
+        ));
+        assert!(
+            msg.starts_with(
+                "storage.files[0] (/etc/kubeadm.yml): kubeadm config is not valid YAML"
+            ),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -751,7 +803,7 @@ mod tests {
         );
         assert!(err(r#"["a"]"#).contains("must be a mapping at the top level, found an array"));
         assert_eq!(
-            commands(b"  \n").unwrap_err(),
+            commands(b"  \n", &NodeOptions::default()).unwrap_err(),
             BootstrapError::Empty {
                 format: Format::Ignition
             }

@@ -12,6 +12,9 @@
 //! - **Ignition** v2.x / v3.x (JSON, or the same document in YAML): `storage.files`,
 //!   `storage.directories`, `storage.links` and `systemd.units`. Remote content sources are rejected.
 //!
+//! In both, the kubeadm config file CABPK writes is rewritten for a kind-style node, as upstream
+//! CAPD does (containerd socket, kubelet flags, kube-proxy conntrack): see [`NodeOptions`].
+//!
 //! Secrets: the bootstrap data carries join tokens, certificate keys and private keys. Nothing in
 //! this module logs it, and every text meant for a condition or a log ([`Step::description`],
 //! [`BootstrapError`], [`StepFailure`]) is either built without file content or passed through
@@ -19,6 +22,7 @@
 mod cloud_config;
 mod decode;
 mod ignition;
+mod kubeadm;
 mod plan;
 mod redact;
 mod runner;
@@ -140,11 +144,28 @@ pub enum BootstrapError {
     Invalid { location: String, reason: String },
 }
 
+/// Facts about the node that shape the commands but are not in the bootstrap data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeOptions {
+    /// The host (and so the node container) uses cgroup v1: the kubelet is told to accept it
+    /// (`--fail-cgroupv1=false`; kubelet 1.35 refuses cgroup v1 otherwise).
+    pub cgroup_v1: bool,
+}
+
 /// Turn bootstrap data into the ordered list of commands to exec in the node container.
-pub fn commands(format: Format, data: &[u8]) -> Result<Vec<Step>, BootstrapError> {
+///
+/// The kubeadm config file in the data (cloud-config `/run/kubeadm/kubeadm.yaml` or
+/// `/run/kubeadm/kubeadm-join-config.yaml`, Ignition `/etc/kubeadm.yml`) is written rewritten for
+/// a kind-style node: containerd `criSocket` when unset, the kubelet flags a node in a container
+/// needs, and `conntrack.maxPerCore: 0` for kube-proxy.
+pub fn commands(
+    format: Format,
+    data: &[u8],
+    options: &NodeOptions,
+) -> Result<Vec<Step>, BootstrapError> {
     match format {
-        Format::CloudConfig => cloud_config::commands(data),
-        Format::Ignition => ignition::commands(data),
+        Format::CloudConfig => cloud_config::commands(data, options),
+        Format::Ignition => ignition::commands(data, options),
     }
 }
 
@@ -203,13 +224,105 @@ mod tests {
         assert!(dbg.contains("27"), "stdin size shown: {dbg}");
     }
 
+    /// The written kubeadm config, parsed back.
+    fn written_config(steps: &[Step], path: &str) -> Vec<serde_yaml_ng::Value> {
+        use serde::Deserialize;
+        let write = steps
+            .iter()
+            .find(|s| s.argv.len() == 4 && s.argv[3] == path && s.argv[2] == "cat > \"$0\"")
+            .unwrap_or_else(|| panic!("no write of {path}: {steps:?}"));
+        let text = String::from_utf8(write.stdin.clone().unwrap()).unwrap();
+        serde_yaml_ng::Deserializer::from_str(&text)
+            .map(|d| serde_yaml_ng::Value::deserialize(d).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn kubeadm_config_is_rewritten_in_both_formats() {
+        let v1 = NodeOptions { cgroup_v1: true };
+        let arg = |doc: &serde_yaml_ng::Value, name: &str| -> Option<String> {
+            doc["nodeRegistration"]["kubeletExtraArgs"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == name)
+                .map(|e| e["value"].as_str().unwrap().to_string())
+        };
+
+        let steps = commands(
+            Format::CloudConfig,
+            include_bytes!("testdata/cabpk-init.yaml"),
+            &v1,
+        )
+        .unwrap();
+        let docs = written_config(&steps, "/run/kubeadm/kubeadm.yaml");
+        let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "ClusterConfiguration",
+                "InitConfiguration",
+                "KubeProxyConfiguration"
+            ]
+        );
+        assert_eq!(arg(&docs[1], "fail-cgroupv1").as_deref(), Some("false"));
+        assert_eq!(arg(&docs[1], "cgroup-root").as_deref(), Some("/kubelet"));
+        assert_eq!(docs[2]["conntrack"]["maxPerCore"], 0);
+        assert!(
+            steps
+                .iter()
+                .any(|s| s.argv == ["chmod", "0640", "/run/kubeadm/kubeadm.yaml"])
+        );
+
+        let steps = commands(
+            Format::Ignition,
+            include_bytes!("testdata/cabpk-ignition-v2.json"),
+            &v1,
+        )
+        .unwrap();
+        let docs = written_config(&steps, "/etc/kubeadm.yml");
+        let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "ClusterConfiguration",
+                "InitConfiguration",
+                "KubeProxyConfiguration"
+            ]
+        );
+        assert_eq!(
+            docs[1]["bootstrapTokens"][0]["token"],
+            "abcdef.0123456789abcdef"
+        );
+        assert_eq!(
+            docs[1]["nodeRegistration"]["criSocket"],
+            "unix:///var/run/containerd/containerd.sock"
+        );
+        assert_eq!(arg(&docs[1], "fail-cgroupv1").as_deref(), Some("false"));
+        assert_eq!(
+            arg(&docs[1], "image-gc-high-threshold").as_deref(),
+            Some("100")
+        );
+        assert_eq!(docs[2]["conntrack"]["maxPerCore"], 0);
+        for s in &steps {
+            assert!(!s.description.contains("abcdef."), "{}", s.description);
+        }
+    }
+
     #[test]
     fn dispatches_on_format() {
-        let cc = commands(Format::CloudConfig, b"#cloud-config\nruncmd:\n  - [true]\n").unwrap();
+        let opts = NodeOptions::default();
+        let cc = commands(
+            Format::CloudConfig,
+            b"#cloud-config\nruncmd:\n  - [true]\n",
+            &opts,
+        )
+        .unwrap();
         assert_eq!(cc.len(), 1);
         let ign = commands(
             Format::Ignition,
             br#"{"ignition":{"version":"3.4.0"},"systemd":{"units":[{"name":"a.service","enabled":true}]}}"#,
+            &opts,
         )
         .unwrap();
         assert!(
@@ -217,7 +330,7 @@ mod tests {
                 .any(|s| s.argv == ["systemctl", "enable", "--now", "a.service"])
         );
         // cloud-config handed over as ignition: parses as YAML, but is not an Ignition config.
-        let err = commands(Format::Ignition, b"#cloud-config\nruncmd: []\n").unwrap_err();
+        let err = commands(Format::Ignition, b"#cloud-config\nruncmd: []\n", &opts).unwrap_err();
         assert_eq!(
             err.to_string(),
             "ignition.version: missing: an Ignition config must declare its spec version"

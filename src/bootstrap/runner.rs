@@ -64,6 +64,41 @@ impl fmt::Display for StepFailure {
     }
 }
 
+/// How often a step is retried when the engine itself fails (5xx, connection lost), and the
+/// first pause; the pause doubles. A command's own non-zero exit is never retried.
+const TRANSIENT_RETRIES: u32 = 5;
+const TRANSIENT_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One step, retried while the engine is unavailable: a Docker Engine restart or a dropped
+/// connection must not fail a bootstrap for good. (A step cut off mid-run by a lost connection is
+/// run again; CABPK's steps are file writes and one `kubeadm … && echo success > sentinel`, and the
+/// caller checks the sentinel before ever starting a bootstrap.)
+async fn exec_retrying(
+    rt: &dyn ContainerRuntime,
+    container: &str,
+    step: &Step,
+) -> crate::docker::RuntimeResult<crate::docker::ExecOutput> {
+    let mut pause = TRANSIENT_FIRST_PAUSE;
+    let mut attempt = 0;
+    loop {
+        match rt.exec(container, &step.argv, step.stdin.as_deref()).await {
+            Err(crate::docker::RuntimeError::Unavailable(e)) if attempt < TRANSIENT_RETRIES => {
+                attempt += 1;
+                tracing::warn!(
+                    container,
+                    description = %step.description,
+                    attempt,
+                    error = %redact(&e),
+                    "bootstrap: engine unavailable, retrying the step"
+                );
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Exec `steps` in order in `container`, stopping at the first one that exits non-zero or cannot
 /// be exec'd. `progress(index, step)` is called before each step (0-based index), e.g. to show the
 /// current step in a condition.
@@ -86,7 +121,7 @@ pub async fn run(
             description = %step.description,
             "bootstrap: running step"
         );
-        let failure = match rt.exec(container, &step.argv, step.stdin.as_deref()).await {
+        let failure = match exec_retrying(rt, container, step).await {
             Ok(out) if out.success() => continue,
             Ok(out) => StepFailure {
                 index,
@@ -162,7 +197,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::bootstrap::{Format, commands};
+    use crate::bootstrap::{Format, NodeOptions, commands};
     use crate::docker::{
         ContainerInfo, ContainerSpec, ExecOutput, NetworkSpec, RuntimeError, RuntimeResult,
     };
@@ -243,6 +278,9 @@ mod tests {
         async fn kill(&self, _: &str, _: &str) -> RuntimeResult<()> {
             Ok(())
         }
+        async fn save_image(&self, _: &str) -> RuntimeResult<Vec<u8>> {
+            Ok(Vec::new())
+        }
     }
 
     fn shell(script: &str) -> Step {
@@ -299,6 +337,30 @@ mod tests {
                 (2, "write /etc/b".to_string()),
             ]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn engine_errors_are_retried_and_exits_are_not() {
+        let unavailable = || Err(RuntimeError::Unavailable("503 restarting".into()));
+        // Two engine failures, then the step runs; the next step exits 1 and is not retried.
+        let rt = FakeRuntime::answering(vec![unavailable(), unavailable(), ok(), exit(1, "", "")]);
+        let steps = vec![shell("true"), shell("false"), shell("echo never")];
+        let err = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
+        assert_eq!((err.index, err.exit_code), (1, Some(1)));
+        assert_eq!(rt.calls().len(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_engine_that_stays_down_fails_the_step_after_the_retries() {
+        let answers = (0..=TRANSIENT_RETRIES)
+            .map(|_| Err(RuntimeError::Unavailable("connection refused".into())))
+            .collect();
+        let rt = FakeRuntime::answering(answers);
+        let err = run(&rt, "n", &[shell("true")], |_, _| {})
+            .await
+            .unwrap_err();
+        assert!(err.runtime_error.unwrap().contains("connection refused"));
+        assert_eq!(rt.calls().len(), TRANSIENT_RETRIES as usize + 1);
     }
 
     #[tokio::test]
@@ -379,9 +441,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn runtime_errors_stop_the_run() {
-        let rt = FakeRuntime::answering(vec![Err(RuntimeError::Unavailable(format!(
-            "connection reset while sending --token {TOKEN}"
+    async fn runtime_errors_that_retrying_cannot_fix_stop_the_run() {
+        let rt = FakeRuntime::answering(vec![Err(RuntimeError::Rejected(format!(
+            "bad request while sending --token {TOKEN}"
         )))]);
         let steps = vec![write("/etc/k", b"k"), shell("true")];
         let failure = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
@@ -389,7 +451,7 @@ mod tests {
         assert_eq!(failure.exit_code, None);
         assert_eq!(
             failure.to_string(),
-            "step 1/2 failed: write /etc/k: could not exec: docker engine unavailable: connection reset while sending --token [redacted]"
+            "step 1/2 failed: write /etc/k: could not exec: docker engine refused the request: bad request while sending --token [redacted]"
         );
     }
 
@@ -398,6 +460,7 @@ mod tests {
         let steps = commands(
             Format::CloudConfig,
             include_bytes!("testdata/cabpk-init.yaml"),
+            &NodeOptions::default(),
         )
         .unwrap();
         let kubeadm_at = steps

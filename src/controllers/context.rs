@@ -8,7 +8,7 @@ use std::{
 use futures::channel::mpsc::UnboundedSender;
 use kube::{Client, runtime::reflector::ObjectRef};
 
-use super::{backoff::Backoff, bootstrap_tasks::BootstrapTasks};
+use super::{backoff::Backoff, bootstrap_tasks::BootstrapTasks, workload::WorkloadClients};
 use crate::{
     api::DockerMachine,
     docker::{ContainerRuntime, NodePrivilege},
@@ -29,6 +29,9 @@ pub struct Settings {
     pub extra_labels: BTreeMap<String, String>,
     /// Requeue period of healthy objects.
     pub resync: Duration,
+    /// The engine's host runs cgroup v1 (read from the engine at start, not a flag): kubelets in
+    /// nodes must be told to accept it.
+    pub cgroup_v1: bool,
 }
 
 impl Default for Settings {
@@ -40,6 +43,7 @@ impl Default for Settings {
             network: "kind".into(),
             extra_labels: BTreeMap::new(),
             resync: Duration::from_secs(600),
+            cgroup_v1: false,
         }
     }
 }
@@ -51,6 +55,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub backoff: Backoff,
     pub bootstraps: BootstrapTasks,
+    /// Clients for workload clusters (to set Node providerIDs).
+    pub workload: WorkloadClients,
     /// Wakes a DockerMachine's reconcile from background work (a finished bootstrap).
     pub wake: UnboundedSender<ObjectRef<DockerMachine>>,
     /// One lock per cluster around haproxy.cfg rewrites, so two machines never interleave them.
@@ -72,6 +78,7 @@ impl Context {
             metrics,
             backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(120)),
             bootstraps: BootstrapTasks::default(),
+            workload: WorkloadClients::default(),
             wake,
             lb_locks: Mutex::new(HashMap::new()),
         }

@@ -401,6 +401,7 @@ async fn reconcile_delete(
     if ctx.runtime.inspect(&name).await?.is_some_and(|c| ours(&c)) {
         return Err(Error::ContainerStillExists(name));
     }
+    ctx.workload.forget(&ns, cluster_name);
     patch::remove_finalizer(api, dc, FINALIZER).await?;
     Ok(Action::await_change())
 }

@@ -7,15 +7,15 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use chrono::Utc;
 use kube::{Api, ResourceExt, runtime::controller::Action};
 use serde_json::json;
-use tracing::info;
+use tracing::{debug, info};
 
 use super::{
     bootstrap_tasks::TaskState,
     context::Context,
     docker_cluster,
     error::{Error, Result},
-    load_balancer::{self, DEFAULT_FRONTEND_PORT, LbTarget, SyncOutcome},
-    machine_bootstrap, patch,
+    load_balancer::{self, DEFAULT_FRONTEND_PORT, LbTarget, SyncOutcome, argv},
+    machine_bootstrap, patch, workload,
 };
 use crate::{
     api::{
@@ -426,11 +426,17 @@ async fn provision(
             .await?
             .unwrap_or(container),
     ));
+    // A Kubernetes node (a kind-style image) gets its providerID on the Node object before ours
+    // is set, so that CAPI core's nodeRef matching finds it as soon as it looks.
+    let provider_id = naming::provider_id(&container_name);
+    if let Some(wait) = set_node_provider_id(i, ctx, &container_name, &provider_id).await? {
+        return Ok(wait);
+    }
     // providerID in spec first: CAPI core needs it together with provisioned=true.
     patch::patch_spec(
         api,
         &i.dm.name_any(),
-        json!({ "providerID": naming::provider_id(&container_name), "bootstrapped": true }),
+        json!({ "providerID": provider_id, "bootstrapped": true }),
     )
     .await?;
     status.initialization = Some(Initialization {
@@ -440,6 +446,48 @@ async fn provision(
     status.failure_domain = i.machine.failure_domain().map(str::to_string);
     info!(container = %container_name, "machine provisioned");
     Ok(Action::requeue(ctx.settings.resync))
+}
+
+/// How often a machine whose Node cannot be updated yet looks again (upstream's pace).
+const NODE_RETRY: Duration = Duration::from_secs(5);
+
+/// Set `providerID` on the workload cluster's Node for this container, when the container is a
+/// Kubernetes node (kind's `/kind/version` marker; the light test image has none). `Some(action)`
+/// means "not yet": the control plane is not initialised, or the Node or the workload API is
+/// not there yet; the machine is looked at again shortly.
+async fn set_node_provider_id(
+    i: &Inputs<'_>,
+    ctx: &Context,
+    container: &str,
+    provider_id: &str,
+) -> Result<Option<Action>> {
+    let marker = ctx
+        .runtime
+        .exec(container, &argv(&["test", "-f", "/kind/version"]), None)
+        .await?;
+    if !marker.success() {
+        return Ok(None);
+    }
+    if i.cluster.spec.control_plane_ref.is_some() && !i.cluster.control_plane_initialized() {
+        debug!(%container, "waiting for the control plane to be initialized before updating the Node");
+        return Ok(Some(Action::requeue(NODE_RETRY)));
+    }
+    let outcome = match ctx.workload.client(&ctx.client, i.ns, i.cluster_name).await {
+        Ok(client) => workload::set_provider_id(&client, container, provider_id).await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(changed) => {
+            if changed {
+                info!(%container, %provider_id, "Node providerID set in the workload cluster");
+            }
+            Ok(None)
+        }
+        Err(e) => {
+            info!(%container, error = %e, "cannot set the Node's providerID yet");
+            Ok(Some(Action::requeue(NODE_RETRY)))
+        }
+    }
 }
 
 /// Create the node container. The inner `Err` is a condition for a spec problem (no image).

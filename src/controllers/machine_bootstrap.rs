@@ -29,6 +29,7 @@ use crate::{
         conditions::{self, ConditionStatus, Desired, reasons, types},
     },
     bootstrap::{self, Format, Step},
+    docker::RuntimeError,
 };
 
 /// When the current bootstrap of the node container started (RFC 3339).
@@ -181,7 +182,8 @@ pub async fn reconcile(
         return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
     }
 
-    let steps = match load_steps(ctx, &ns, t.secret_name).await? {
+    let pre_load = t.dm.spec.pre_load_images.as_deref().unwrap_or_default();
+    let steps = match load_steps(ctx, &ns, t.secret_name, pre_load).await? {
         Ok(steps) => steps,
         Err((reason, message, retry)) => {
             warn!(dockermachine = %t.dm.name_any(), %message, "bootstrap data unusable");
@@ -260,13 +262,15 @@ async fn set_started_at(
     Ok(())
 }
 
-/// The commands from the bootstrap Secret, preceded by a wait for the node's init system.
+/// The commands from the bootstrap Secret, preceded by a wait for the node's init system and
+/// container runtime and by the `preLoadImages` imports.
 /// The inner `Err` is (reason, message, retry after) for a condition: the Secret may still be
 /// fixed or appear, so it is re-read slowly, never in a hot loop.
 async fn load_steps(
     ctx: &Context,
     ns: &str,
     secret_name: &str,
+    pre_load: &[String],
 ) -> Result<std::result::Result<Vec<Step>, (&'static str, String, Duration)>> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let Some(secret) = api.get_opt(secret_name).await? else {
@@ -294,27 +298,58 @@ async fn load_steps(
         Ok(format) => format,
         Err(e) => return invalid(e.to_string()),
     };
-    match bootstrap::commands(format, &value.0) {
-        Ok(mut steps) => {
-            steps.insert(0, wait_for_init_step());
-            Ok(Ok(steps))
+    let options = bootstrap::NodeOptions {
+        cgroup_v1: ctx.settings.cgroup_v1,
+    };
+    let commands = match bootstrap::commands(format, &value.0, &options) {
+        Ok(steps) => steps,
+        Err(e) => return invalid(e.to_string()),
+    };
+    let mut steps = vec![wait_for_init_step()];
+    for image in pre_load.iter().map(|i| i.trim()).filter(|i| !i.is_empty()) {
+        match ctx.runtime.save_image(image).await {
+            Ok(tar) => steps.push(pre_load_step(image, tar)),
+            Err(RuntimeError::Image { message, .. }) => {
+                return Ok(Err((
+                    reasons::IMAGE_UNAVAILABLE,
+                    format!(
+                        "preLoadImages: {image} cannot be saved from the host's Docker Engine (images are never pulled for pre-loading): {message}"
+                    ),
+                    Duration::from_secs(60),
+                )));
+            }
+            Err(e) => return Err(e.into()),
         }
-        Err(e) => invalid(e.to_string()),
+    }
+    steps.extend(commands);
+    Ok(Ok(steps))
+}
+
+/// Import one `docker save` tarball into the node's containerd, where the kubelet finds it.
+fn pre_load_step(image: &str, tar: Vec<u8>) -> Step {
+    Step {
+        argv: argv(&["ctr", "--namespace=k8s.io", "images", "import", "-"]),
+        stdin: Some(tar),
+        description: format!("pre-load image {image}"),
     }
 }
 
-/// kind-style nodes run systemd: commands must wait until it has started the system. Images
-/// without systemd (the light test image) pass straight through.
+/// kind-style nodes (kind's marker `/kind/version`) run systemd and containerd: commands must
+/// wait until systemd has started the system (multi-user target reached: `running`, or
+/// `degraded` when an unrelated unit failed) and containerd answers, or kubeadm finds no
+/// runtime. Other images (the light test image) pass straight through, unless systemd is PID 1.
+/// The whole bootstrap's timeout bounds the wait.
 fn wait_for_init_step() -> Step {
     Step {
         argv: argv(&[
             "/bin/sh",
             "-c",
-            "if [ \"$(cat /proc/1/comm 2>/dev/null)\" = systemd ]; then \
-             until s=$(systemctl is-system-running 2>/dev/null); [ \"$s\" = running ] || [ \"$s\" = degraded ]; do sleep 0.5; done; fi",
+            "if [ -f /kind/version ] || [ \"$(cat /proc/1/comm 2>/dev/null)\" = systemd ]; then \
+             until s=$(systemctl is-system-running 2>/dev/null); [ \"$s\" = running ] || [ \"$s\" = degraded ]; do sleep 0.5; done; fi; \
+             if [ -f /kind/version ]; then until ctr --namespace k8s.io version >/dev/null 2>&1; do sleep 0.5; done; fi",
         ]),
         stdin: None,
-        description: "wait for the node's init system".into(),
+        description: "wait for the node's init system and container runtime".into(),
     }
 }
 

@@ -10,6 +10,7 @@ pub mod machine_bootstrap;
 pub mod mappers;
 pub mod patch;
 pub mod predicates;
+pub mod workload;
 
 use std::{future::Future, sync::Arc, time::Instant};
 

@@ -56,9 +56,11 @@ enum Op {
     ExecCreate,
     ExecStart,
     ExecInspect,
+    Info,
+    ImageSave,
 }
 
-const OP_NAMES: [&str; 15] = [
+const OP_NAMES: [&str; 17] = [
     "version",
     "ping",
     "network_list",
@@ -74,6 +76,8 @@ const OP_NAMES: [&str; 15] = [
     "exec_create",
     "exec_start",
     "exec_inspect",
+    "info",
+    "image_save",
 ];
 
 /// A [`ContainerRuntime`] backed by a Docker Engine through bollard.
@@ -124,6 +128,18 @@ impl BollardRuntime {
         };
         runtime.count(Op::Version);
         Ok(runtime)
+    }
+
+    /// Whether the engine's host runs cgroup v1 (including hybrid): the kubelet in a node must
+    /// then be told to accept it (kubelet 1.35 refuses cgroup v1 by default).
+    pub async fn cgroup_v1(&self) -> Result<bool, RuntimeError> {
+        self.count(Op::Info);
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(|e| classify("read engine info", e))?;
+        Ok(info.cgroup_version.is_some_and(|v| v.to_string() == "1"))
     }
 
     /// The negotiated API version, e.g. `1.41`.
@@ -551,6 +567,24 @@ impl ContainerRuntime for BollardRuntime {
             .kill_container(&reference, Some(options))
             .await
             .map_err(|e| classify(&format!("kill container {name} with {signal}"), e))
+    }
+
+    async fn save_image(&self, image: &str) -> RuntimeResult<Vec<u8>> {
+        self.count(Op::ImageSave);
+        let mut stream = self.docker.export_image(image);
+        let mut tar = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| match classify(&format!("save image {image}"), e) {
+                // The engine answers a missing image with 404: say which image.
+                RuntimeError::NotFound(m) => RuntimeError::Image {
+                    image: image.to_string(),
+                    message: m,
+                },
+                other => other,
+            })?;
+            tar.extend_from_slice(&chunk);
+        }
+        Ok(tar)
     }
 }
 

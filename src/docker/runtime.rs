@@ -161,4 +161,7 @@ pub trait ContainerRuntime: Send + Sync {
     ) -> RuntimeResult<ExecOutput>;
     /// Send a signal (e.g. `SIGHUP`) to the container's main process.
     async fn kill(&self, name: &str, signal: &str) -> RuntimeResult<()>;
+    /// The image as a `docker save` tarball (for `preLoadImages`); a missing image is
+    /// [`RuntimeError::Image`].
+    async fn save_image(&self, image: &str) -> RuntimeResult<Vec<u8>>;
 }

@@ -136,6 +136,8 @@ impl Flags {
             network: self.docker_network.clone(),
             extra_labels,
             resync: duration("resync-period", &self.resync_period)?,
+            // Read from the engine at start (manager::run), not a flag.
+            cgroup_v1: false,
         })
     }
 

@@ -100,6 +100,16 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
         return Ok(());
     }
 
+    let mut settings = settings;
+    settings.cgroup_v1 = match runtime.cgroup_v1().await {
+        Ok(v1) => v1,
+        Err(e) => {
+            // Only the kubelet flag depends on it; the engine answered a moment ago.
+            warn!(error = %e, "cannot read the engine's cgroup version; assuming cgroup v2");
+            false
+        }
+    };
+    info!(cgroup_v1 = settings.cgroup_v1, "Docker Engine host");
     let triggers = events::triggers(&runtime, stop.clone());
     let runtime: Arc<dyn ContainerRuntime> = runtime;
     let (wake, woken) = futures::channel::mpsc::unbounded();

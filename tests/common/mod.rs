@@ -6,6 +6,7 @@
 //! removes exactly what carries that label.
 #![allow(dead_code)]
 
+pub mod capi_e2e;
 pub mod docker_proxy;
 
 use std::{
@@ -186,7 +187,6 @@ impl TestEnv {
             .arg(format!("--health-addr=127.0.0.1:{port}"))
             .arg(format!("--docker-network={}", self.network))
             .arg(format!("--container-label={TEST_LABEL}={}", self.id))
-            .arg("--node-privilege=all-capabilities")
             .arg("--log-level=debug")
             .args(extra_args)
             .env_remove("KUBECONFIG")

@@ -66,7 +66,13 @@ const CAPABILITIES: [&str; 41] = [
 ];
 
 /// The five capability sets of an OCI process.
-const SETS: [&str; 5] = ["bounding", "effective", "inheritable", "permitted", "ambient"];
+const SETS: [&str; 5] = [
+    "bounding",
+    "effective",
+    "inheritable",
+    "permitted",
+    "ambient",
+];
 
 /// runc's global flags that take a value (`runc --help`); the others are booleans.
 const GLOBAL_FLAGS_WITH_VALUE: [&str; 5] = ["root", "log", "log-format", "criu", "rootless"];
@@ -80,13 +86,12 @@ fn main() {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    if let (Some(spec), Some(missing)) = (spec_file(&text), missing_from_bounding_set()) {
-        if !missing.is_empty() {
-            if let Err(e) = rewrite(&spec, &missing) {
-                // Not fatal: runc reads the spec next and reports what is wrong with it.
-                eprintln!("capd-runc-shim: leaving {} unchanged: {e}", spec.display());
-            }
-        }
+    if let (Some(spec), Some(missing)) = (spec_file(&text), missing_from_bounding_set())
+        && !missing.is_empty()
+        && let Err(e) = rewrite(&spec, &missing)
+    {
+        // Not fatal: runc reads the spec next and reports what is wrong with it.
+        eprintln!("capd-runc-shim: leaving {} unchanged: {e}", spec.display());
     }
     let runc = std::env::var_os("CAPD_RUNC")
         .map(PathBuf::from)
@@ -236,7 +241,10 @@ mod tests {
 
     #[test]
     fn bounding_set_of_this_project_ci_host_lacks_only_sys_resource() {
-        assert_eq!(missing_capabilities(0x0000_01ff_feff_ffff), ["CAP_SYS_RESOURCE"]);
+        assert_eq!(
+            missing_capabilities(0x0000_01ff_feff_ffff),
+            ["CAP_SYS_RESOURCE"]
+        );
         assert!(missing_capabilities(0x0000_01ff_ffff_ffff).is_empty());
         assert_eq!(
             missing_capabilities(0x0000_00ff_ffff_ffff),
@@ -248,7 +256,11 @@ mod tests {
     fn docker_privileged_spec_loses_only_the_missing_capability_in_all_sets() {
         let mut spec: Value = serde_json::from_str(DOCKER_PRIVILEGED_SPEC).unwrap();
         let before = sets(&spec, "/process/capabilities");
-        assert!(before.iter().any(|s| s.iter().any(|c| c == "CAP_SYS_RESOURCE")));
+        assert!(
+            before
+                .iter()
+                .any(|s| s.iter().any(|c| c == "CAP_SYS_RESOURCE"))
+        );
         assert!(strip(&mut spec, &["CAP_SYS_RESOURCE"]));
         let after = sets(&spec, "/process/capabilities");
         assert_eq!(before.len(), after.len(), "no set added or dropped");

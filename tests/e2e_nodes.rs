@@ -1,0 +1,443 @@
+//! End to end with real Kubernetes nodes: the default template, unchanged (real CABPK join data,
+//! no prepared Secret), rendered by `clusterctl generate cluster`, driven by the real CAPI core,
+//! CABPK and KCP, on node containers from the kind-style image `hack/node-image.sh` builds
+//! (`kindest/node:v<version>`, picked by the kind mapping: no customImage).
+//!
+//! Asserted through the workload cluster's own API (its kubeconfig Secret, through our load
+//! balancer): every Node Ready with our providerID and every Machine's nodeRef set; a Deployment
+//! spread over the two workers Running, pod-to-pod traffic across nodes and a Service answering;
+//! KCP 1 → 3 (three LB backends) and back to 1 with the API answering through the load balancer
+//! all along; the MachineDeployment 2 → 3 → 1; deletion leaving no container, volume or network.
+mod common;
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use common::{capi_e2e::*, *};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+};
+use serde_json::{Value, json};
+
+/// Generous: two cores build three nodes' worth of containers and kubelets.
+const NODES_READY: Duration = Duration::from_secs(600);
+
+/// kubectl against the workload cluster; `Err` carries stderr (for polling).
+fn wl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+    use std::io::Write;
+    let mut child = Command::new(bin(&format!("k8s-v{K8S_VERSION}/kubectl")))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg("--request-timeout=10s")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn wl_json(kubeconfig: &Path, args: &[&str]) -> Option<Value> {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    serde_json::from_str(&wl(kubeconfig, &a, None).ok()?).ok()
+}
+
+/// Names of the Nodes that are Ready.
+fn ready_nodes(kubeconfig: &Path) -> Option<BTreeSet<String>> {
+    let nodes = wl_json(kubeconfig, &["get", "nodes"])?;
+    Some(
+        nodes["items"]
+            .as_array()?
+            .iter()
+            .filter(|n| {
+                n["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+            .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+            .collect(),
+    )
+}
+
+/// The Machines of the cluster: (name, is control plane, nodeRef name, providerID).
+async fn machines(
+    env: &TestEnvRef,
+    ns: &str,
+) -> Vec<(String, bool, Option<String>, Option<String>)> {
+    capi_api(env, ns, "cluster.x-k8s.io", "Machine")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|m| {
+            (
+                m.name_any(),
+                m.labels().contains_key("cluster.x-k8s.io/control-plane"),
+                m.data["status"]["nodeRef"]["name"]
+                    .as_str()
+                    .map(str::to_string),
+                m.data["spec"]["providerID"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+/// Waits until the cluster has exactly `cp` control-plane and `workers` worker Machines, each
+/// with a nodeRef to a Ready Node whose providerID is ours; returns the Ready node names.
+async fn wait_for_nodes(
+    env: &TestEnvRef,
+    ns: &str,
+    kubeconfig: &Path,
+    cp: usize,
+    workers: usize,
+    what: &str,
+) -> BTreeSet<String> {
+    let t0 = Instant::now();
+    let nodes = eventually(NODES_READY, what, || async {
+        let ms = machines(env, ns).await;
+        let (cps, wks) = ms.iter().partition::<Vec<_>, _>(|m| m.1);
+        if cps.len() != cp || wks.len() != workers {
+            return None;
+        }
+        let ready = ready_nodes(kubeconfig)?;
+        if ready.len() != cp + workers {
+            return None;
+        }
+        for (_, _, node_ref, provider_id) in &ms {
+            let node = node_ref.as_ref()?;
+            if !ready.contains(node)
+                || provider_id.as_deref() != Some(&format!("docker:////{node}"))
+            {
+                return None;
+            }
+        }
+        Some(ready)
+    })
+    .await;
+    eprintln!("{what}: {:.0}s", t0.elapsed().as_secs_f64());
+    nodes
+}
+
+/// The workload cluster's kubeconfig, from the Secret KCP writes, in a file for kubectl.
+async fn workload_kubeconfig(env: &TestEnvRef, ns: &str, cluster: &str) -> PathBuf {
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), ns);
+    let secret = eventually(NODES_READY, "the workload kubeconfig Secret", || async {
+        secrets
+            .get_opt(&format!("{cluster}-kubeconfig"))
+            .await
+            .ok()?
+    })
+    .await;
+    let value = secret.data.unwrap()["value"].0.clone();
+    let path = std::env::temp_dir().join(format!("capd-rs-{}-{cluster}.kubeconfig", env.id));
+    std::fs::write(&path, value).unwrap();
+    path
+}
+
+/// A small HTTP server from an image every node has preloaded (CoreDNS: its `health` plugin
+/// answers `OK` on :8080), two replicas spread over the workers, a Service in front, and a client
+/// Pod (the kube-proxy image has bash) pinned to one worker.
+const WORKLOAD: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: web}
+data:
+  Corefile: |
+    .:5353 {
+      health :8080
+      whoami
+    }
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}
+      containers:
+      - name: web
+        image: registry.k8s.io/coredns/coredns:v1.13.1
+        imagePullPolicy: Never
+        args: ["-conf", "/etc/coredns/Corefile"]
+        ports: [{containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /health, port: 8080}, periodSeconds: 2}
+        volumeMounts: [{name: config, mountPath: /etc/coredns}]
+      volumes: [{name: config, configMap: {name: web}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+"#;
+
+fn client_pod(node: &str) -> String {
+    format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "client"}},
+        "spec": {{"nodeName": "{node}", "containers": [{{"name": "client",
+        "image": "registry.k8s.io/kube-proxy:v{K8S_VERSION}", "imagePullPolicy": "Never",
+        "command": ["sleep", "infinity"]}}]}}}}"#
+    )
+}
+
+/// `GET /health` from the client Pod to `host:port` with bash's /dev/tcp.
+fn http_from_client(kubeconfig: &Path, host: &str, port: u16) -> Result<String, String> {
+    let script = format!(
+        "exec 3<>/dev/tcp/{host}/{port} && printf 'GET /health HTTP/1.0\\r\\n\\r\\n' >&3 && timeout 5 cat <&3"
+    );
+    wl(
+        kubeconfig,
+        &[
+            "exec", "client", "--", "timeout", "10", "bash", "-c", &script,
+        ],
+        None,
+    )
+}
+
+/// Volumes no container uses.
+fn dangling_volumes() -> BTreeSet<String> {
+    let out = Command::new("docker")
+        .args(["volume", "ls", "-q", "--filter", "dangling=true"])
+        .output()
+        .expect("docker volume ls");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// haproxy backends in the load balancer's config.
+async fn lb_backends(cluster: &str) -> usize {
+    let docker = docker().await;
+    let cfg = exec(
+        &docker,
+        &format!("{cluster}-lb"),
+        "cat /usr/local/etc/haproxy/haproxy.cfg",
+    )
+    .await
+    .1;
+    cfg.lines()
+        .filter(|l| l.trim_start().starts_with("server "))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_template_gives_a_workload_cluster_whose_nodes_go_ready() {
+    let mut env = TestEnv::new("nodes").await;
+    let r = TestEnvRef {
+        id: env.id.clone(),
+        client: env.client.clone(),
+        network: env.network.clone(),
+        health_port: 0,
+    };
+    let ns = r.namespace("ns").await;
+    env.start_manager_in_namespace(&ns);
+    env.run(|env| async move {
+        let name = format!("{}-w", env.id);
+        let volumes_before = dangling_volumes();
+        let t0 = Instant::now();
+        kubectl(
+            &["apply", "-f", "-"],
+            Some(&render_cluster(&name, &ns, 2, None, None)),
+        );
+        let kc = workload_kubeconfig(&env, &ns, &name).await;
+        let nodes = wait_for_nodes(&env, &ns, &kc, 1, 2, "1 control plane + 2 workers Ready").await;
+        eprintln!("apply -> 3 Nodes Ready: {:.0}s", t0.elapsed().as_secs_f64());
+        // Every node container runs the kind-style image the kind mapping picked.
+        for c in cluster_containers(&name, &ns).await {
+            if c.labels
+                .get(capd::docker::labels::KIND_ROLE)
+                .map(String::as_str)
+                != Some("load-balancer")
+            {
+                assert_eq!(
+                    c.image,
+                    format!("kindest/node:v{K8S_VERSION}"),
+                    "{}",
+                    c.name
+                );
+            }
+        }
+
+        // A Deployment spread over the two workers, pod-to-pod traffic and a Service.
+        wl(&kc, &["apply", "-f", "-"], Some(WORKLOAD)).unwrap();
+        let pods = eventually(
+            Duration::from_secs(180),
+            "2 web pods Ready on 2 nodes",
+            || async {
+                let pods = wl_json(&kc, &["get", "pods", "-l", "app=web"])?;
+                let ready: Vec<(String, String)> = pods["items"]
+                    .as_array()?
+                    .iter()
+                    .filter(|p| {
+                        p["status"]["conditions"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+                    .map(|p| {
+                        (
+                            p["spec"]["nodeName"].as_str().unwrap_or("").to_string(),
+                            p["status"]["podIP"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect();
+                let on: BTreeSet<&String> = ready.iter().map(|(n, _)| n).collect();
+                (ready.len() == 2 && on.len() == 2).then_some(ready)
+            },
+        )
+        .await;
+        let client_node = &pods[0].0;
+        wl(&kc, &["apply", "-f", "-"], Some(&client_pod(client_node))).unwrap();
+        eventually(Duration::from_secs(120), "client pod running", || async {
+            let p = wl_json(&kc, &["get", "pod", "client"])?;
+            (p["status"]["phase"] == "Running").then_some(())
+        })
+        .await;
+        for (node, ip) in &pods {
+            let reply = http_from_client(&kc, ip, 8080)
+                .unwrap_or_else(|e| panic!("pod {ip} on {node} from {client_node}: {e}"));
+            assert!(reply.contains("200 OK"), "pod {ip} on {node}: {reply}");
+        }
+        let svc = wl_json(&kc, &["get", "service", "web"]).unwrap();
+        let cluster_ip = svc["spec"]["clusterIP"].as_str().unwrap().to_string();
+        eventually(Duration::from_secs(60), "the Service answers", || async {
+            http_from_client(&kc, &cluster_ip, 80)
+                .ok()
+                .filter(|r| r.contains("200 OK"))
+        })
+        .await;
+
+        // KCP 1 -> 3: three Ready control-plane Nodes, three LB backends.
+        let kcps = capi_api(
+            &env,
+            &ns,
+            "controlplane.cluster.x-k8s.io",
+            "KubeadmControlPlane",
+        );
+        let kcp = format!("{name}-control-plane");
+        let scale = |replicas: u32| json!({"spec": {"replicas": replicas}});
+        let t1 = Instant::now();
+        kcps.patch(&kcp, &PatchParams::default(), &Patch::Merge(&scale(3)))
+            .await
+            .unwrap();
+        wait_for_nodes(&env, &ns, &kc, 3, 2, "3 control-plane Nodes Ready").await;
+        eprintln!("KCP 1 -> 3: {:.0}s", t1.elapsed().as_secs_f64());
+        eventually(Duration::from_secs(60), "3 LB backends", || async {
+            (lb_backends(&name).await == 3).then_some(())
+        })
+        .await;
+
+        // KCP 3 -> 1 while the API is polled through the load balancer.
+        let (stop, ok, failed) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let poller = {
+            let (stop, ok, failed, kc) = (stop.clone(), ok.clone(), failed.clone(), kc.clone());
+            std::thread::spawn(move || {
+                let mut errors = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    match wl(&kc, &["get", "--raw", "/readyz"], None) {
+                        Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => {
+                            errors.push(e);
+                            failed.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                errors
+            })
+        };
+        kcps.patch(&kcp, &PatchParams::default(), &Patch::Merge(&scale(1)))
+            .await
+            .unwrap();
+        wait_for_nodes(&env, &ns, &kc, 1, 2, "back to 1 control-plane Node").await;
+        eventually(Duration::from_secs(60), "1 LB backend", || async {
+            (lb_backends(&name).await == 1).then_some(())
+        })
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        let errors = poller.join().unwrap();
+        let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+        eprintln!("API through the LB during KCP 3 -> 1: {ok} answered, {failed} failed");
+        assert!(ok > 10, "the poller ran");
+        assert_eq!(
+            failed, 0,
+            "the API stopped answering through the LB: {errors:?}"
+        );
+
+        // MachineDeployment 2 -> 3 -> 1.
+        let mds = capi_api(&env, &ns, "cluster.x-k8s.io", "MachineDeployment");
+        let md = format!("{name}-md-0");
+        mds.patch(&md, &PatchParams::default(), &Patch::Merge(&scale(3)))
+            .await
+            .unwrap();
+        wait_for_nodes(&env, &ns, &kc, 1, 3, "3 worker Nodes Ready").await;
+        mds.patch(&md, &PatchParams::default(), &Patch::Merge(&scale(1)))
+            .await
+            .unwrap();
+        let left = wait_for_nodes(&env, &ns, &kc, 1, 1, "1 worker Node left").await;
+        assert_eq!(left.len(), 2);
+        assert!(nodes.len() == 3);
+
+        // Deletion leaves no container, volume or network of the cluster.
+        kubectl(
+            &["delete", "cluster", &name, "-n", &ns, "--wait=false"],
+            None,
+        );
+        eventually(Duration::from_secs(300), "every container gone", || async {
+            cluster_containers(&name, &ns)
+                .await
+                .is_empty()
+                .then_some(())
+        })
+        .await;
+        let left_behind: Vec<String> = dangling_volumes()
+            .difference(&volumes_before)
+            .cloned()
+            .collect();
+        assert!(
+            left_behind.is_empty(),
+            "anonymous /var volumes left behind: {left_behind:?}"
+        );
+        let _ = std::fs::remove_file(&kc);
+    })
+    .await;
+}
