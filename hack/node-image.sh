@@ -15,7 +15,7 @@
 # - every image `kubeadm init/join` pulls, preloaded and pinned in containerd under the exact names
 #   `kubeadm config images list` prints, built here from binaries built from the Go module proxy
 #   (kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, etcd, coredns, pause), so
-#   kubeadm pulls nothing; plus capd-rs/podnet, the pod network, shipped as kind does its CNI in
+#   kubeadm pulls nothing (image GC is off in the kubelet: image-gc-high-threshold=100); plus capd-rs/podnet, the pod network, shipped as kind does its CNI in
 #   /kind/manifests/default-cni.yaml;
 # - kind's conventions: hack/node-image/entrypoint before /sbin/init, /kind/version, systemd units
 #   for containerd and kubelet, STOPSIGNAL SIGRTMIN+3.
@@ -182,7 +182,7 @@ preload_layer() {
   wait_for 60 "containerd in the preload container" docker exec "$c" ctr version
   local tar
   for tar in "$WORK"/images/*.tar; do
-    docker exec "$c" ctr -n k8s.io images import --no-unpack --label io.cri-containerd.pinned=pinned \
+    docker exec "$c" ctr -n k8s.io images import --no-unpack \
       "/kind/images/${tar##*/}" >/dev/null || die "ctr import of ${tar##*/} failed"
   done
   local have img
