@@ -278,11 +278,7 @@ async fn the_default_template_gives_a_workload_cluster_whose_nodes_go_ready() {
         eprintln!("apply -> 3 Nodes Ready: {:.0}s", t0.elapsed().as_secs_f64());
         // Every node container runs the kind-style image the kind mapping picked.
         for c in cluster_containers(&name, &ns).await {
-            if c.labels
-                .get(capd::docker::labels::KIND_ROLE)
-                .map(String::as_str)
-                != Some("load-balancer")
-            {
+            if c.name != format!("{name}-lb") {
                 assert_eq!(
                     c.image,
                     format!("kindest/node:v{K8S_VERSION}"),
