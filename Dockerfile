@@ -37,9 +37,13 @@ ENV CC_x86_64_unknown_linux_musl=musl-gcc \
 WORKDIR /src
 # Dependencies first, so a source change does not refetch and rebuild every crate.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir -p src/bin \
+# The workspace names the runc shim (hack/runc-shim): its manifest must be there to load it.
+COPY hack/runc-shim/Cargo.toml hack/runc-shim/Cargo.toml
+RUN mkdir -p src/bin hack/runc-shim/src \
  && echo 'fn main() {}' > src/main.rs \
  && echo 'fn main() {}' > src/bin/crdgen.rs \
+ && echo 'fn main() {}' > src/bin/podnet.rs \
+ && echo 'fn main() {}' > hack/runc-shim/src/main.rs \
  && touch src/lib.rs \
  && cargo build --release --locked --target x86_64-unknown-linux-musl --bin manager \
  && rm -rf src
