@@ -92,15 +92,6 @@ impl WorkloadClients {
         self.lock().remove(&format!("{namespace}/{cluster}"));
     }
 
-    /// Number of cached clients (for tests and metrics).
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
         self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }
