@@ -34,30 +34,7 @@ const NODES_READY: Duration = Duration::from_secs(600);
 
 /// kubectl against the workload cluster; `Err` carries stderr (for polling).
 fn wl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
-    use std::io::Write;
-    let mut child = Command::new(bin(&format!("k8s-v{K8S_VERSION}/kubectl")))
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .arg("--request-timeout=10s")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    kubectl_at(kubeconfig, args, stdin)
 }
 
 fn wl_json(kubeconfig: &Path, args: &[&str]) -> Option<Value> {

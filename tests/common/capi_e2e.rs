@@ -23,15 +23,27 @@ pub fn bin(rel: &str) -> String {
 }
 
 pub fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
+    kubectl_at(&kubeconfig_path(), args, stdin).unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"))
+}
+
+/// kubectl with the given kubeconfig (the plane's, or a workload cluster's); `Err` carries
+/// stderr, so callers can poll.
+pub fn kubectl_at(
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<String, String> {
     use std::io::Write;
     let mut child = Command::new(bin(&format!("k8s-v{K8S_VERSION}/kubectl")))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg("--request-timeout=30s")
         .args(args)
-        .env("KUBECONFIG", kubeconfig_path())
+        .env_remove("KUBECONFIG")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("kubectl (run hack/plane.sh up)");
+        .expect("kubectl (run hack/build-binaries.sh)");
     if let Some(input) = stdin {
         child
             .stdin
@@ -41,12 +53,11 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> String {
             .unwrap();
     }
     let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
 }
 
 /// `clusterctl generate cluster` from our default template with 1 control-plane machine and
