@@ -181,8 +181,36 @@ async fn cluster_and_machines_lifecycle() {
         .await;
         assert!(!cfg.contains(&worker), "workers are not backends:\n{cfg}");
 
-        // Delete the machines: containers gone, backend removed, finalizers gone, objects gone.
+        // A reconcile of a provisioned DockerMachine reads its owners from the watch caches: no
+        // API GETs. An annotation is a change the machine's predicate lets through.
+        const GETS: &str = r#"capd_kube_api_requests_total{verb="get""#;
+        const DM_RECONCILES: &str = r#"capd_reconcile_total{controller="DockerMachine"}"#;
+        let (gets, reconciles) = (env.metric(GETS).await, env.metric(DM_RECONCILES).await);
         let dms: Api<DockerMachine> = Api::namespaced(env.client.clone(), &ns);
+        for dm in [cp.as_str(), "worker-0"] {
+            let touch = json!({"metadata": {"annotations": {"capd-rs.test/touch": "1"}}});
+            dms.patch(dm, &PatchParams::default(), &Patch::Merge(&touch))
+                .await
+                .unwrap();
+        }
+        eventually(LONG, "both machines reconciled again", || async {
+            (env.metric(DM_RECONCILES).await >= reconciles + 2).then_some(())
+        })
+        .await;
+        let (gets_after, reconciled) = (
+            env.metric(GETS).await,
+            env.metric(DM_RECONCILES).await - reconciles,
+        );
+        println!(
+            "API GETs for {reconciled} reconciles of provisioned DockerMachines: {}",
+            gets_after - gets
+        );
+        assert_eq!(
+            gets_after, gets,
+            "a provisioned machine's reconcile makes no GETs"
+        );
+
+        // Delete the machines: containers gone, backend removed, finalizers gone, objects gone.
         env.delete(dms.clone(), &cp).await;
         env.delete(dms.clone(), "worker-0").await;
         eventually(LONG, "DockerMachines gone", || async {

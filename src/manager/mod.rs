@@ -47,7 +47,9 @@ pub enum ManagerError {
 pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     let settings = flags.settings().map_err(ManagerError::Flag)?;
     let scope = flags.scope();
-    let client = kube_client(&flags).await?;
+    // Metrics first: the kube client counts its requests into them.
+    let metrics = Arc::new(Metrics::default());
+    let client = kube_client(&flags, &metrics).await?;
 
     let shutdown = CancellationToken::new();
     tokio::spawn(wait_for_signal(shutdown.clone()));
@@ -57,7 +59,6 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     };
 
     // Health and metrics answer from the start; readiness follows the controllers.
-    let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
     let state = HttpState {
         metrics: metrics.clone(),
@@ -132,7 +133,7 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     Ok(())
 }
 
-async fn kube_client(flags: &Flags) -> Result<Client, ManagerError> {
+async fn kube_client(flags: &Flags, metrics: &Metrics) -> Result<Client, ManagerError> {
     let config = match &flags.kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
@@ -145,7 +146,9 @@ async fn kube_client(flags: &Flags) -> Result<Client, ManagerError> {
             .await
             .map_err(|e| ManagerError::Kubeconfig(e.to_string()))?,
     };
-    Client::try_from(config).map_err(|e| ManagerError::Kubeconfig(e.to_string()))
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| ManagerError::Kubeconfig(e.to_string()))?;
+    Ok(builder.with_layer(&metrics.kube_request_layer()).build())
 }
 
 /// SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.

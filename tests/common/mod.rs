@@ -372,6 +372,12 @@ pub fn capi(kind: &str) -> ApiResource {
 impl TestEnvRef {
     /// Total reconciles the manager has run, from its /metrics.
     pub async fn reconciles(&self) -> u64 {
+        self.metric("capd_reconcile_total{").await
+    }
+
+    /// The sum of the manager's /metrics samples whose line starts with `prefix` (a metric name
+    /// and the start of its label set, e.g. `capd_kube_api_requests_total{verb="get"`).
+    pub async fn metric(&self, prefix: &str) -> u64 {
         let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.health_port))
             .await
             .expect("metrics endpoint")
@@ -379,7 +385,7 @@ impl TestEnvRef {
             .await
             .unwrap();
         text.lines()
-            .filter(|l| l.starts_with("capd_reconcile_total{"))
+            .filter(|l| l.starts_with(prefix))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
     }

@@ -1,4 +1,7 @@
 //! Logging setup and the Prometheus metrics the manager exports.
+mod kube_requests;
+
+pub use kube_requests::CountRequests;
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
@@ -57,6 +60,7 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     durations: Family<ControllerLabels, Histogram>,
     docker_calls: Family<DockerCallLabels, Gauge>,
+    kube_requests: Family<kube_requests::RequestLabels, Counter>,
     docker_call_source: Mutex<Option<DockerCallSource>>,
 }
 
@@ -69,6 +73,7 @@ impl Default for Metrics {
             Histogram::new([0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
         });
         let docker_calls = Family::<DockerCallLabels, Gauge>::default();
+        let kube_requests = Family::<kube_requests::RequestLabels, Counter>::default();
         registry.register("reconcile", "Reconciles run", reconciles.clone());
         registry.register(
             "reconcile_errors",
@@ -85,12 +90,18 @@ impl Default for Metrics {
             "Docker Engine API requests made, by operation",
             docker_calls.clone(),
         );
+        registry.register(
+            "kube_api_requests",
+            "Kubernetes API requests sent, by verb and resource",
+            kube_requests.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             reconciles,
             errors,
             durations,
             docker_calls,
+            kube_requests,
             docker_call_source: Mutex::new(None),
         }
     }
@@ -113,6 +124,11 @@ impl Metrics {
                 })
                 .inc();
         }
+    }
+
+    /// A layer for the kube client that counts every request it sends into these metrics.
+    pub fn kube_request_layer(&self) -> CountRequests {
+        CountRequests(self.kube_requests.clone())
     }
 
     /// Where the Docker call counts come from (read at scrape time).
