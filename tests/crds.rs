@@ -79,6 +79,11 @@ async fn invalid_values_are_rejected_naming_the_field() {
         "spec.bootstrapTimeout",
         "spec.template",
         "spec.providerID",
+        "spec.extraMounts[0].hostPath",
+        "spec.extraMounts[0].containerPath",
+        "spec.customImage",
+        "spec.loadBalancer.imageTag",
+        "spec.loadBalancer.imageRepository",
     ];
     let results = dry_run_all(&client, "default", yaml).await;
     assert_eq!(results.len(), expectations.len());

@@ -56,16 +56,24 @@ pub struct LocalObjectReference {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Mount {
-    /// Path inside the container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub container_path: Option<String>,
+    /// Path inside the container (absolute: the engine refuses anything else).
+    #[schemars(length(min = 1, max = 512), regex(pattern = r"^/"))]
+    pub container_path: String,
     /// Path on the host (of the Docker Engine).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host_path: Option<String>,
+    #[schemars(length(min = 1, max = 512))]
+    pub host_path: String,
     /// Mount read-only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_only: Option<bool>,
 }
+
+/// An image reference as the Docker Engine accepts it: `[registry[:port]/]path[:tag][@digest]`,
+/// lower-case path components (distribution's reference grammar, in RE2 for the CRD schema).
+pub const IMAGE_REFERENCE_PATTERN: &str = r"^((([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(\.([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(:[0-9]+)?)/)?[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$";
+/// An image repository without tag or digest.
+pub const IMAGE_REPOSITORY_PATTERN: &str = r"^((([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(\.([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(:[0-9]+)?)/)?[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*$";
+/// An image tag.
+pub const IMAGE_TAG_PATTERN: &str = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$";
 
 /// Kind of a machine address.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

@@ -428,9 +428,9 @@ mod tests {
                 "chmod 0640 /run/kubeadm/kubeadm.yaml",
                 "mkdir -p /run/cluster-api",
                 "write /run/cluster-api/placeholder",
-                "/bin/sh -c \"mkdir -p /var/lib/etcd\"",
-                "/bin/sh -c \"kubeadm init --ignore-preflight-errors=SystemVerification,Swap,FileContent--proc-sys-net-bridge-bridge-nf-call-iptables --config /run/kubeadm/kubeadm.yaml  && echo success > /run/cluster-api/bootstrap-success.complete\"",
-                "/bin/sh -c \"echo post-kubeadm done\"",
+                "shell script running mkdir",
+                "shell script running kubeadm",
+                "shell script running echo",
             ]
         );
 
@@ -813,7 +813,7 @@ mod tests {
                 vec!["sysctl", "-w", "net.ipv4.ip_forward=1", "1", "true"],
             ]
         );
-        assert_eq!(steps[0].description, "ls -l /");
+        assert_eq!(steps[0].description, "run ls");
     }
 
     #[test]
@@ -878,7 +878,7 @@ mod tests {
             );
             assert!(!s.description.contains("1111111111"), "{}", s.description);
             assert!(!s.description.contains("2222222222"), "{}", s.description);
-            assert!(s.description.contains("[redacted]"), "{}", s.description);
+            assert!(s.description.contains("kubeadm"), "{}", s.description);
         }
         // The real argv is intact.
         assert!(steps[0].argv[2].contains("--token abcdef.0123456789abcdef"));

@@ -567,8 +567,8 @@ mod tests {
                 "chmod 0600 /etc/kubeadm.yml",
                 "mkdir -p /etc/systemd/system",
                 "write /etc/systemd/system/kubeadm.service",
-                "systemctl daemon-reload",
-                "systemctl enable --now kubeadm.service",
+                "run systemctl",
+                "run systemctl",
             ]
         );
         let content = |i: usize| String::from_utf8(steps[i].stdin.clone().unwrap()).unwrap();

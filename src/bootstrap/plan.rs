@@ -1,10 +1,7 @@
 //! Building [`Step`]s: file writes, permissions, commands, and their safe descriptions.
 use std::collections::HashSet;
 
-use super::{Step, redact};
-
-/// Longest description we produce (characters).
-const MAX_DESCRIPTION: usize = 300;
+use super::Step;
 
 /// An ordered list of steps under construction.
 #[derive(Default)]
@@ -68,7 +65,7 @@ impl Plan {
         });
     }
 
-    /// A command exec'd as is; described by its redacted command line.
+    /// A command exec'd as is; described by its program only (see [`describe_argv`]).
     pub(crate) fn command(&mut self, argv: Vec<String>) {
         self.made_dirs.clear();
         self.steps.push(Step {
@@ -78,17 +75,13 @@ impl Plan {
         });
     }
 
-    /// `/bin/sh -c <script>`; described as `/bin/sh -c "<redacted script>"`.
+    /// `/bin/sh -c <script>`; described by the program it starts with (see [`describe_script`]).
     pub(crate) fn shell(&mut self, script: String) {
         self.made_dirs.clear();
-        let description = shorten(
-            &format!("/bin/sh -c {}", quote_always(&redact(&script))),
-            MAX_DESCRIPTION,
-        );
         self.steps.push(Step {
+            description: describe_script(&script),
             argv: vec!["/bin/sh".into(), "-c".into(), script],
             stdin: None,
-            description,
         });
     }
 }
@@ -143,40 +136,42 @@ pub(crate) fn shorten(s: &str, max: usize) -> String {
     out
 }
 
-/// A shell-like rendering of argv, redacted and bounded: `kubeadm join --token [redacted] …`.
+/// `run <program>`. Arguments are never shown: a secret can take any shape (`TOKEN=…`, an
+/// `Authorization:` header, a positional password), and a redactor only knows the shapes it
+/// lists. The step number and the redacted output tail say the rest.
 pub(crate) fn describe_argv(argv: &[String]) -> String {
-    let line = argv
-        .iter()
-        .map(|a| redact(a))
-        .map(|a| {
-            let safe = !a.is_empty()
-                && a.chars().all(|c| {
-                    c.is_ascii_alphanumeric()
-                        || matches!(c, '_' | '-' | '.' | '/' | ':' | '=' | '@' | '%' | '+' | ',')
-                });
-            if safe { a } else { quote_always(&a) }
-        })
-        .collect::<Vec<_>>()
-        .join(" ");
-    shorten(&redact(&line), MAX_DESCRIPTION)
+    format!("run {}", program(argv.first().map(String::as_str)))
 }
 
-/// Double-quote `s`, escaping backslashes, quotes and control characters.
-fn quote_always(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push('?'),
-            c => out.push(c),
-        }
+/// `shell script running <program>`: the first word that is not a variable assignment.
+pub(crate) fn describe_script(script: &str) -> String {
+    let first = script
+        .split(|c: char| c.is_whitespace() || c == ';' || c == '&' || c == '|')
+        .find(|w| !w.is_empty() && !w.contains('='));
+    format!("shell script running {}", program(first))
+}
+
+/// A program name, if it looks like one: a lower-case word, possibly a path, with at most one
+/// digit (`kubeadm`, `/usr/bin/k3s`, `update-ca-certificates`). Anything else could be data (a
+/// token, `s3cr3t`) and is shown as "a command".
+fn program(word: Option<&str>) -> String {
+    let Some(w) = word else {
+        return "a command".to_string();
+    };
+    let (dir, name) = w.rsplit_once('/').unwrap_or(("", w));
+    let plain_dir = dir.chars().all(|c| {
+        c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.' | '/')
+    });
+    let plain_name = name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '_' | '-' | '.'))
+        && name.chars().filter(char::is_ascii_digit).count() <= 1;
+    if w.len() <= 64 && plain_dir && plain_name {
+        w.to_string()
+    } else {
+        "a command".to_string()
     }
-    out.push('"');
-    out
 }
 
 #[cfg(test)]
@@ -241,31 +236,64 @@ mod tests {
 
     #[test]
     fn descriptions() {
-        let argv: Vec<String> = [
-            "kubeadm",
-            "join",
-            "--token",
-            "abcdef.0123456789abcdef",
-            "a b",
-        ]
-        .map(String::from)
-        .to_vec();
-        assert_eq!(
-            describe_argv(&argv),
-            "kubeadm join --token [redacted] \"a b\""
-        );
+        let argv: Vec<String> = ["kubeadm", "join", "--token", "abcdef.0123456789abcdef"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(describe_argv(&argv), "run kubeadm");
+        assert_eq!(describe_argv(&["/usr/bin/k3s".into()]), "run /usr/bin/k3s");
+        assert_eq!(describe_argv(&[]), "run a command");
         let mut plan = Plan::default();
         plan.shell("false".into());
         plan.shell("echo \"hi\"\nkubeadm join --token abcdef.0123456789abcdef".into());
-        plan.shell("echo hi; ".repeat(100));
+        plan.shell("A=1 B=2\tsystemctl restart kubelet".into());
         let steps = plan.into_steps();
-        assert_eq!(steps[0].description, "/bin/sh -c \"false\"");
-        assert_eq!(
-            steps[1].description,
-            "/bin/sh -c \"echo \\\"hi\\\"\\nkubeadm join --token [redacted]\""
-        );
-        assert_eq!(steps[2].description.chars().count(), MAX_DESCRIPTION);
-        assert!(steps[2].description.ends_with('…'));
+        assert_eq!(steps[0].description, "shell script running false");
+        assert_eq!(steps[1].description, "shell script running echo");
+        assert_eq!(steps[2].description, "shell script running systemctl");
+    }
+
+    /// Secrets come in shapes no redactor can list; a step's description must not carry any of
+    /// its arguments, only the program.
+    #[test]
+    fn descriptions_never_show_arguments_whatever_their_shape() {
+        const SECRET: &str = "s3cr3tvalue";
+        let commands: [&[&str]; 4] = [
+            &[
+                "curl",
+                "-H",
+                "Authorization: Bearer s3cr3tvalue",
+                "https://x",
+            ],
+            &["env", "TOKEN=s3cr3tvalue", "kubeadm", "init"],
+            &["mysql", "--password=s3cr3tvalue"],
+            &["login", "admin", "s3cr3tvalue"],
+        ];
+        let scripts = [
+            ("TOKEN=s3cr3tvalue kubeadm init", "kubeadm"),
+            ("export X_SECRET=s3cr3tvalue; run-it", "export"),
+            (
+                "curl -H 'Authorization: Bearer s3cr3tvalue' https://x",
+                "curl",
+            ),
+            ("echo token=s3cr3tvalue > /etc/token", "echo"),
+            ("s3cr3tvalue", "a command"),
+        ];
+        let mut plan = Plan::default();
+        for argv in commands {
+            plan.command(argv.iter().map(|a| a.to_string()).collect());
+        }
+        for (script, _) in scripts {
+            plan.shell(script.to_string());
+        }
+        let steps = plan.into_steps();
+        for (step, argv) in steps.iter().zip(commands) {
+            assert!(!step.description.contains(SECRET), "{}", step.description);
+            assert_eq!(step.description, format!("run {}", argv[0]));
+        }
+        for (step, (_, program)) in steps[commands.len()..].iter().zip(scripts) {
+            assert!(!step.description.contains(SECRET), "{}", step.description);
+            assert_eq!(step.description, format!("shell script running {program}"));
+        }
     }
 
     #[test]

@@ -191,38 +191,11 @@ pub(crate) fn output_tail(stdout: &[u8], stderr: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::{BTreeMap, VecDeque};
     use std::sync::Mutex;
-
-    use async_trait::async_trait;
 
     use super::*;
     use crate::bootstrap::{Format, NodeOptions, commands};
-    use crate::docker::{
-        ContainerInfo, ContainerSpec, ExecOutput, NetworkSpec, RuntimeError, RuntimeResult,
-    };
-
-    type Call = (String, Vec<String>, Option<Vec<u8>>);
-
-    /// Records exec calls; answers them from a queue, then with success.
-    #[derive(Default)]
-    struct FakeRuntime {
-        calls: Mutex<Vec<Call>>,
-        answers: Mutex<VecDeque<RuntimeResult<ExecOutput>>>,
-    }
-
-    impl FakeRuntime {
-        fn answering(answers: Vec<RuntimeResult<ExecOutput>>) -> Self {
-            FakeRuntime {
-                calls: Mutex::default(),
-                answers: Mutex::new(answers.into()),
-            }
-        }
-
-        fn calls(&self) -> Vec<Call> {
-            self.calls.lock().unwrap().clone()
-        }
-    }
+    use crate::docker::{ExecOutput, RuntimeError, RuntimeResult, fake::FakeRuntime};
 
     fn ok() -> RuntimeResult<ExecOutput> {
         Ok(ExecOutput::default())
@@ -234,53 +207,6 @@ mod tests {
             stdout: stdout.as_bytes().to_vec(),
             stderr: stderr.as_bytes().to_vec(),
         })
-    }
-
-    #[async_trait]
-    impl ContainerRuntime for FakeRuntime {
-        async fn ping(&self) -> RuntimeResult<()> {
-            Ok(())
-        }
-        async fn ensure_network(&self, _: &NetworkSpec) -> RuntimeResult<()> {
-            Ok(())
-        }
-        async fn inspect(&self, _: &str) -> RuntimeResult<Option<ContainerInfo>> {
-            Ok(None)
-        }
-        async fn list(&self, _: &BTreeMap<String, String>) -> RuntimeResult<Vec<ContainerInfo>> {
-            Ok(Vec::new())
-        }
-        async fn ensure_image(&self, _: &str) -> RuntimeResult<()> {
-            Ok(())
-        }
-        async fn create_and_start(&self, _: &ContainerSpec) -> RuntimeResult<ContainerInfo> {
-            Ok(ContainerInfo::default())
-        }
-        async fn start(&self, _: &str) -> RuntimeResult<()> {
-            Ok(())
-        }
-        async fn remove(&self, _: &str) -> RuntimeResult<()> {
-            Ok(())
-        }
-        async fn exec(
-            &self,
-            name: &str,
-            argv: &[String],
-            stdin: Option<&[u8]>,
-        ) -> RuntimeResult<ExecOutput> {
-            self.calls.lock().unwrap().push((
-                name.to_string(),
-                argv.to_vec(),
-                stdin.map(<[u8]>::to_vec),
-            ));
-            self.answers.lock().unwrap().pop_front().unwrap_or_else(ok)
-        }
-        async fn kill(&self, _: &str, _: &str) -> RuntimeResult<()> {
-            Ok(())
-        }
-        async fn save_image(&self, _: &str) -> RuntimeResult<Vec<u8>> {
-            Ok(Vec::new())
-        }
     }
 
     fn shell(script: &str) -> Step {
@@ -333,7 +259,7 @@ mod tests {
             *seen.lock().unwrap(),
             [
                 (0, "write /etc/a".to_string()),
-                (1, "/bin/sh -c \"echo hi\"".to_string()),
+                (1, "shell script running echo".to_string()),
                 (2, "write /etc/b".to_string()),
             ]
         );
@@ -391,7 +317,7 @@ mod tests {
         assert_eq!(failure.runtime_error, None);
         assert_eq!(
             failure.to_string(),
-            "step 3/7 failed: /bin/sh -c \"false\" exited with code 1"
+            "step 3/7 failed: shell script running false exited with code 1"
         );
     }
 
@@ -418,7 +344,7 @@ mod tests {
         let failure = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
         let msg = failure.to_string();
         assert!(
-            msg.starts_with("step 2/2 failed: /bin/sh -c \"kubeadm join 172.18.0.2:6443 --token [redacted] --discovery-token-ca-cert-hash sha256:[redacted]\" exited with code 2: "),
+            msg.starts_with("step 2/2 failed: shell script running kubeadm exited with code 2: "),
             "{msg}"
         );
         assert!(
@@ -465,7 +391,7 @@ mod tests {
         .unwrap();
         let kubeadm_at = steps
             .iter()
-            .position(|s| s.description.contains("kubeadm init"))
+            .position(|s| s.description == "shell script running kubeadm")
             .unwrap();
         let mut answers: Vec<_> = (0..kubeadm_at).map(|_| ok()).collect();
         answers.push(exit(
@@ -482,7 +408,7 @@ mod tests {
         let msg = failure.to_string();
         assert!(
             msg.contains(&format!(
-                "step {}/{} failed: /bin/sh -c \"kubeadm init",
+                "step {}/{} failed: shell script running kubeadm",
                 kubeadm_at + 1,
                 steps.len()
             )),

@@ -11,7 +11,8 @@ use super::{CapiCondition, ContractRef};
     kind = "Cluster",
     namespaced,
     status = "ClusterStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterSpec {

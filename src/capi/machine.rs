@@ -11,7 +11,8 @@ use super::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, CapiCondition, ContractRef}
     kind = "Machine",
     namespaced,
     status = "MachineStatus",
-    schema = "disabled"
+    schema = "disabled",
+    derive = "PartialEq"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct MachineSpec {

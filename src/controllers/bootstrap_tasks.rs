@@ -1,12 +1,15 @@
 //! Bootstrap runs as a background task per DockerMachine so that a reconcile never blocks a
-//! worker for minutes. Reconciles poll the task's progress and collect its result.
+//! worker for minutes. Reconciles poll the task's progress and collect its result. At most
+//! `limit` tasks run their steps at once (the controller's concurrency no longer bounds them once
+//! the reconcile that started them has returned); the others wait for a slot, and their timeout
+//! starts when they get one.
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
-use tokio::task::JoinHandle;
+use tokio::{sync::Semaphore, task::JoinHandle};
 use tracing::{info, warn};
 
 use crate::{
@@ -45,16 +48,27 @@ struct Task {
 }
 
 /// In-flight bootstrap tasks, keyed by DockerMachine UID.
-#[derive(Default)]
 pub struct BootstrapTasks {
     tasks: Mutex<HashMap<String, Task>>,
+    slots: Arc<Semaphore>,
 }
+
+/// What a task waiting for a slot reports as its step.
+pub const WAITING_FOR_SLOT: &str = "waiting for a free bootstrap slot";
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl BootstrapTasks {
+    /// Tasks that run at most `limit` bootstraps at once.
+    pub fn new(limit: usize) -> Self {
+        Self {
+            tasks: Mutex::default(),
+            slots: Arc::new(Semaphore::new(limit.clamp(1, Semaphore::MAX_PERMITS))),
+        }
+    }
+
     /// The state of `uid`'s bootstrap. A finished result stays until [`Self::forget`].
     pub fn poll(&self, uid: &str) -> TaskState {
         let tasks = lock(&self.tasks);
@@ -73,6 +87,11 @@ impl BootstrapTasks {
         }
     }
 
+    /// Whether a bootstrap of `uid` is in flight (waiting for a slot or running).
+    pub fn is_running(&self, uid: &str) -> bool {
+        matches!(self.poll(uid), TaskState::Running { .. })
+    }
+
     /// Start running `steps` in `container` with a deadline. No-op if one is already running.
     /// `on_finish` runs once the result is recorded (it wakes the machine's reconcile, so the
     /// result is picked up at once rather than at the next poll).
@@ -89,11 +108,15 @@ impl BootstrapTasks {
         if tasks.contains_key(uid) {
             return;
         }
-        let progress = Arc::new(Mutex::new((0usize, String::new())));
+        let progress = Arc::new(Mutex::new((0usize, WAITING_FOR_SLOT.to_string())));
         let result = Arc::new(Mutex::new(None));
         let total = steps.len();
-        let (p, r) = (progress.clone(), result.clone());
+        let (p, r, slots) = (progress.clone(), result.clone(), self.slots.clone());
         let handle = tokio::spawn(async move {
+            // Closed only if dropped, which never happens while tasks exist.
+            let Ok(_slot) = slots.acquire_owned().await else {
+                return;
+            };
             info!(%container, steps = total, "bootstrap started");
             let report = |i: usize, s: &Step| *lock(&p) = (i + 1, s.description.clone());
             let run = bootstrap::run(runtime.as_ref(), &container, &steps, report);
@@ -149,5 +172,57 @@ fn finished_label(f: &Finished) -> &'static str {
         Finished::Succeeded => "succeeded",
         Finished::Failed(_) => "failed",
         Finished::TimedOut(_) => "timed out",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::docker::fake::FakeRuntime;
+
+    fn step(n: usize) -> Step {
+        Step {
+            argv: vec!["true".into()],
+            stdin: None,
+            description: format!("step {n}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn at_most_limit_bootstraps_run_at_once() {
+        let rt = Arc::new(FakeRuntime::slow(Duration::from_millis(50)));
+        let tasks = BootstrapTasks::new(2);
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        for i in 0..6 {
+            let done = done_tx.clone();
+            tasks.start(
+                &format!("uid-{i}"),
+                rt.clone(),
+                format!("node-{i}"),
+                vec![step(1), step(2)],
+                Duration::from_secs(30),
+                move || {
+                    let _ = done.send(());
+                },
+            );
+        }
+        let waiting = (0..6)
+            .filter(|i| {
+                matches!(tasks.poll(&format!("uid-{i}")),
+                    TaskState::Running { ref description, .. } if description == WAITING_FOR_SLOT)
+            })
+            .count();
+        assert!(waiting >= 4, "only two can hold a slot: {waiting} waiting");
+        for _ in 0..6 {
+            done_rx.recv().await.unwrap();
+        }
+        assert_eq!(rt.calls().len(), 12, "every step of every bootstrap ran");
+        assert_eq!(rt.most_at_once(), 2, "never more than the limit at once");
+        for i in 0..6 {
+            assert_eq!(
+                tasks.poll(&format!("uid-{i}")),
+                TaskState::Finished(Finished::Succeeded)
+            );
+        }
     }
 }

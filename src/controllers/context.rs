@@ -8,7 +8,10 @@ use std::{
 use futures::channel::mpsc::UnboundedSender;
 use kube::{Client, runtime::reflector::ObjectRef};
 
-use super::{backoff::Backoff, bootstrap_tasks::BootstrapTasks, workload::WorkloadClients};
+use super::{
+    backoff::Backoff, bootstrap_tasks::BootstrapTasks, caches::Caches, patch::StatusVersions,
+    workload::WorkloadClients,
+};
 use crate::{
     api::DockerMachine,
     docker::{ContainerRuntime, NodePrivilege},
@@ -32,6 +35,8 @@ pub struct Settings {
     /// The engine's host runs cgroup v1 (read from the engine at start, not a flag): kubelets in
     /// nodes must be told to accept it.
     pub cgroup_v1: bool,
+    /// Bootstraps running at once (each is a stream of execs into a node); more wait in line.
+    pub max_bootstraps: usize,
 }
 
 impl Default for Settings {
@@ -44,6 +49,7 @@ impl Default for Settings {
             extra_labels: BTreeMap::new(),
             resync: Duration::from_secs(600),
             cgroup_v1: false,
+            max_bootstraps: 10,
         }
     }
 }
@@ -53,14 +59,16 @@ pub struct Context {
     pub runtime: Arc<dyn ContainerRuntime>,
     pub settings: Settings,
     pub metrics: Arc<Metrics>,
+    /// Cluster, Machine and DockerCluster as the watches last saw them.
+    pub caches: Caches,
     pub backoff: Backoff,
     pub bootstraps: BootstrapTasks,
     /// Clients for workload clusters (to set Node providerIDs).
     pub workload: WorkloadClients,
     /// Wakes a DockerMachine's reconcile from background work (a finished bootstrap).
     pub wake: UnboundedSender<ObjectRef<DockerMachine>>,
-    /// One lock per cluster around haproxy.cfg rewrites, so two machines never interleave them.
-    lb_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub lb_locks: LbLocks,
+    pub status_versions: StatusVersions,
 }
 
 impl Context {
@@ -69,26 +77,68 @@ impl Context {
         runtime: Arc<dyn ContainerRuntime>,
         settings: Settings,
         metrics: Arc<Metrics>,
+        caches: Caches,
         wake: UnboundedSender<ObjectRef<DockerMachine>>,
     ) -> Self {
         Self {
             client,
             runtime,
+            bootstraps: BootstrapTasks::new(settings.max_bootstraps),
             settings,
             metrics,
+            caches,
             backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(120)),
-            bootstraps: BootstrapTasks::default(),
             workload: WorkloadClients::default(),
             wake,
-            lb_locks: Mutex::new(HashMap::new()),
+            lb_locks: LbLocks::default(),
+            status_versions: StatusVersions::default(),
         }
     }
 
-    pub fn lb_lock(&self, namespace: &str, cluster: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.lb_locks.lock().unwrap_or_else(|p| p.into_inner());
+    /// Drop everything kept in memory for an object whose finalizer was just removed.
+    pub fn forget(&self, backoff_key: &str, uid: &str) {
+        self.backoff.reset(backoff_key);
+        self.status_versions.forget(uid);
+    }
+}
+
+/// One lock per cluster around haproxy.cfg rewrites, so two machines never interleave them.
+/// Locks nobody holds are dropped whenever another is taken: the map stays as small as the
+/// number of clusters being synced at that moment.
+#[derive(Default)]
+pub struct LbLocks(Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>);
+
+impl LbLocks {
+    pub fn lock(&self, namespace: &str, cluster: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
         locks
             .entry(format!("{namespace}/{cluster}"))
             .or_default()
             .clone()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lb_locks_are_pruned_once_released() {
+        let locks = LbLocks::default();
+        let a = locks.lock("ns", "a");
+        let again = locks.lock("ns", "a");
+        assert!(Arc::ptr_eq(&a, &again), "one lock per cluster");
+        drop((a, again));
+        let _b = locks.lock("ns", "b");
+        assert_eq!(locks.len(), 1, "the released lock of cluster a is gone");
     }
 }

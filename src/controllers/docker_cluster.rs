@@ -7,13 +7,14 @@ use std::{sync::Arc, time::Duration};
 use chrono::Utc;
 use kube::{Api, ResourceExt, runtime::controller::Action};
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use super::{
+    caches,
     context::Context,
     error::{Error, Result},
-    load_balancer::{self, DEFAULT_FRONTEND_PORT, LbTarget},
-    patch,
+    load_balancer::{self, LbTarget},
+    patch::Patcher,
 };
 use crate::{
     api::{
@@ -26,10 +27,20 @@ use crate::{
 
 pub const FINALIZER: &str = "dockercluster.infrastructure.cluster.x-k8s.io";
 const KIND: &str = "DockerCluster";
+/// How long a blocked load balancer waits before looking again (a spec change is seen at once).
+const BLOCKED_RETRY: Duration = Duration::from_secs(60);
 
 pub async fn reconcile(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Action> {
     let ns = dc.namespace().unwrap_or_default();
+    let owner = capi::capi_owner(&dc.metadata, "Cluster").map(|o| o.name.clone());
+    let span = info_span!("reconcile", kind = KIND, namespace = %ns, name = %dc.name_any(), cluster = owner.as_deref().unwrap_or(""));
+    reconcile_inner(dc, ctx).instrument(span).await
+}
+
+async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = dc.namespace().unwrap_or_default();
     let api: Api<DockerCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut patcher = Patcher::new(api, &dc);
 
     let deleting = dc.metadata.deletion_timestamp.is_some();
     // Externally managed objects are left alone, except that a finalizer we added before the
@@ -43,16 +54,14 @@ pub async fn reconcile(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Acti
         if deleting {
             // Never got an owner: remove whatever we created for this very object, then let go.
             remove_owned_containers(&ctx, &dc).await?;
-            patch::remove_finalizer(&api, &dc, FINALIZER).await?;
+            patcher.remove_finalizer(&dc, FINALIZER).await?;
+            ctx.forget(&super::key(dc.as_ref()), &dc.uid().unwrap_or_default());
         } else {
             info!(dockercluster = %dc.name_any(), "waiting for the Cluster controller to set the owner reference");
         }
         return Ok(Action::requeue(ctx.settings.resync));
     };
-    let cluster = match Api::<Cluster>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&owner.name)
-        .await?
-    {
+    let cluster = match caches::get(&ctx.caches.clusters, &ctx.client, &ns, &owner.name).await? {
         Some(c) => Some(c),
         None if deleting => None,
         None => {
@@ -64,31 +73,33 @@ pub async fn reconcile(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Acti
     };
     let cluster_name = cluster
         .as_ref()
-        .map_or(owner.name.clone(), ResourceExt::name_any);
+        .map_or(owner.name.clone(), |c| c.name_any());
 
     let mut status = dc.status.clone().unwrap_or_default();
     let generation = dc.metadata.generation;
     let now = Utc::now();
     let conds = status.conditions.get_or_insert_with(Vec::new);
 
-    let paused = capi::paused_reasons(cluster.as_ref(), &dc.metadata, KIND);
+    let paused = capi::paused_reasons(cluster.as_deref(), &dc.metadata, KIND);
     if !paused.is_empty() {
         conditions::set(conds, &conditions::paused(&paused), generation, now);
-        patch::patch_status_if_changed(&api, &dc.name_any(), dc.status.as_ref(), &status).await?;
+        patcher
+            .status(dc.status.as_ref(), &status, &ctx.status_versions)
+            .await?;
         return Ok(Action::requeue(ctx.settings.resync));
     }
     conditions::set(conds, &conditions::paused(&[]), generation, now);
 
     if deleting {
-        return reconcile_delete(&api, &dc, &ctx, &cluster_name, status).await;
+        return reconcile_delete(&mut patcher, &dc, &ctx, &cluster_name, status).await;
     }
-    patch::add_finalizer(&api, &dc, FINALIZER).await?;
     let cluster = cluster.ok_or_else(|| Error::Missing("owner Cluster vanished".into()))?;
-    reconcile_normal(&api, &dc, &ctx, &cluster, status).await
+    patcher.add_finalizer(&dc, FINALIZER).await?;
+    reconcile_normal(&mut patcher, &dc, &ctx, &cluster, status).await
 }
 
 async fn reconcile_normal(
-    api: &Api<DockerCluster>,
+    patcher: &mut Patcher<DockerCluster>,
     dc: &DockerCluster,
     ctx: &Context,
     cluster: &Cluster,
@@ -112,12 +123,9 @@ async fn reconcile_normal(
                     host: endpoint.host.filter(|h| !h.is_empty()).or(Some(ip)),
                     port: endpoint.port.or(Some(i32::from(frontend_port))),
                 };
-                patch::patch_spec(
-                    api,
-                    &dc.name_any(),
-                    json!({ "controlPlaneEndpoint": desired }),
-                )
-                .await?;
+                patcher
+                    .spec(json!({ "controlPlaneEndpoint": desired }))
+                    .await?;
             }
             conditions::set(
                 conds,
@@ -144,34 +152,28 @@ async fn reconcile_normal(
             );
             (Action::requeue(Duration::from_secs(2)), Ok(()))
         }
-        Ok(LbOutcome::Blocked { reason, message }) => {
-            warn!(dockercluster = %dc.name_any(), %message, "load balancer blocked");
-            conditions::set(
-                conds,
-                &Desired::false_(types::LOAD_BALANCER_AVAILABLE, reason, message),
-                generation,
-                now,
-            );
-            (Action::requeue(Duration::from_secs(60)), Ok(()))
-        }
         Err(e) => {
-            let reason = match &e {
-                Error::Runtime(RuntimeError::Unavailable(_)) => reasons::DOCKER_UNAVAILABLE,
-                Error::Runtime(RuntimeError::Image { .. }) => reasons::IMAGE_UNAVAILABLE,
-                _ => reasons::NOT_AVAILABLE,
-            };
+            if e.fixed_retry().is_some() {
+                warn!(dockercluster = %dc.name_any(), error = %e, "load balancer blocked");
+            }
+            let reason = e.reason().unwrap_or(reasons::NOT_AVAILABLE);
             conditions::set(
                 conds,
                 &Desired::false_(types::LOAD_BALANCER_AVAILABLE, reason, e.to_string()),
                 generation,
                 now,
             );
-            (Action::await_change(), Err(e))
+            match e.fixed_retry() {
+                Some(retry) => (Action::requeue(retry), Ok(())),
+                None => (Action::await_change(), Err(e)),
+            }
         }
     };
     let ready = conditions::summarize_ready(conds, &[types::LOAD_BALANCER_AVAILABLE]);
     conditions::set(conds, &ready, generation, now);
-    patch::patch_status_if_changed(api, &dc.name_any(), dc.status.as_ref(), &status).await?;
+    patcher
+        .status(dc.status.as_ref(), &status, &ctx.status_versions)
+        .await?;
     result.map(|_| action)
 }
 
@@ -182,11 +184,6 @@ enum LbOutcome {
     },
     /// Transient: e.g. the container has no address yet.
     Waiting(String),
-    /// Needs a human: e.g. the name is taken by someone else's container.
-    Blocked {
-        reason: &'static str,
-        message: String,
-    },
 }
 
 async fn ensure_load_balancer(
@@ -196,31 +193,15 @@ async fn ensure_load_balancer(
     cluster_name: &str,
     ns: &str,
 ) -> Result<LbOutcome> {
-    let ip_family = match cluster.ip_family() {
-        Ok(f) => f,
-        Err(message) => {
-            return Ok(LbOutcome::Blocked {
-                reason: reasons::INVALID_SPEC,
-                message,
-            });
-        }
-    };
-    let frontend_port = dc
-        .spec
-        .control_plane_endpoint
-        .as_ref()
-        .and_then(|e| e.port)
-        .and_then(|p| u16::try_from(p).ok())
-        .unwrap_or(DEFAULT_FRONTEND_PORT);
-    let custom_config = match custom_config(dc, ctx).await? {
-        Ok(c) => c,
-        Err(message) => {
-            return Ok(LbOutcome::Blocked {
-                reason: reasons::INVALID_SPEC,
-                message,
-            });
-        }
-    };
+    let ip_family = cluster.ip_family().map_err(|message| {
+        Error::blocked(
+            types::LOAD_BALANCER_AVAILABLE,
+            reasons::INVALID_SPEC,
+            message,
+            BLOCKED_RETRY,
+        )
+    })?;
+    let target = LbTarget::resolve(ctx, ns, cluster_name, Some(dc), Some(cluster)).await?;
 
     let rt = &ctx.runtime;
     let name = naming::load_balancer_name(cluster_name);
@@ -236,12 +217,14 @@ async fn ensure_load_balancer(
     let container: ContainerInfo = match rt.inspect(&name).await? {
         Some(existing) => match labels::ownership(&existing.labels, &owner) {
             labels::Ownership::Foreign(why) => {
-                return Ok(LbOutcome::Blocked {
-                    reason: reasons::NAME_CONFLICT,
-                    message: format!(
+                return Err(Error::blocked(
+                    types::LOAD_BALANCER_AVAILABLE,
+                    reasons::NAME_CONFLICT,
+                    format!(
                         "container {name} already exists and is not this DockerCluster's: {why}"
                     ),
-                });
+                    BLOCKED_RETRY,
+                ));
             }
             // Ours, or ours before a re-create/move of the DockerCluster: adopt it.
             _ => existing,
@@ -303,56 +286,15 @@ async fn ensure_load_balancer(
         )));
     };
 
-    let target = LbTarget {
-        cluster: cluster_name,
-        namespace: ns,
-        frontend_port,
-        ipv6: ip_family == IpFamily::V6,
-        custom_config: custom_config.as_deref(),
-    };
     load_balancer::sync_backends(ctx, &target, None).await?;
-    Ok(LbOutcome::Ready { ip, frontend_port })
-}
-
-/// The complete haproxy.cfg from `customHAProxyConfigTemplateRef`, if set. The inner `Err` is a
-/// user error for a condition (missing ConfigMap or key, Go template syntax).
-pub(super) async fn custom_config(
-    dc: &DockerCluster,
-    ctx: &Context,
-) -> Result<std::result::Result<Option<String>, String>> {
-    let Some(name) = dc
-        .spec
-        .load_balancer
-        .as_ref()
-        .and_then(|l| l.custom_haproxy_config_template_ref.as_ref())
-        .map(|r| r.name.clone())
-        .filter(|n| !n.is_empty())
-    else {
-        return Ok(Ok(None));
-    };
-    let ns = dc.namespace().unwrap_or_default();
-    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(cm) = api.get_opt(&name).await? else {
-        return Ok(Err(format!(
-            "customHAProxyConfigTemplateRef: ConfigMap {ns}/{name} not found"
-        )));
-    };
-    let Some(value) = cm.data.and_then(|mut d| d.remove("value")) else {
-        return Ok(Err(format!(
-            "customHAProxyConfigTemplateRef: ConfigMap {ns}/{name} has no key \"value\""
-        )));
-    };
-    if value.contains("{{") {
-        return Ok(Err(format!(
-            "customHAProxyConfigTemplateRef: ConfigMap {ns}/{name} uses Go template syntax, which capd-rs does not evaluate; \
-             provide a complete haproxy.cfg (backends are then yours to manage)"
-        )));
-    }
-    Ok(Ok(Some(value)))
+    Ok(LbOutcome::Ready {
+        ip,
+        frontend_port: target.frontend_port,
+    })
 }
 
 async fn reconcile_delete(
-    api: &Api<DockerCluster>,
+    patcher: &mut Patcher<DockerCluster>,
     dc: &DockerCluster,
     ctx: &Context,
     cluster_name: &str,
@@ -376,7 +318,9 @@ async fn reconcile_delete(
         dc.metadata.generation,
         now,
     );
-    patch::patch_status_if_changed(api, &dc.name_any(), dc.status.as_ref(), &status).await?;
+    patcher
+        .status(dc.status.as_ref(), &status, &ctx.status_versions)
+        .await?;
 
     let ns = dc.namespace().unwrap_or_default();
     let name = naming::load_balancer_name(cluster_name);
@@ -402,7 +346,8 @@ async fn reconcile_delete(
         return Err(Error::ContainerStillExists(name));
     }
     ctx.workload.forget(&ns, cluster_name);
-    patch::remove_finalizer(api, dc, FINALIZER).await?;
+    patcher.remove_finalizer(dc, FINALIZER).await?;
+    ctx.forget(&super::key(dc), &uid);
     Ok(Action::await_change())
 }
 

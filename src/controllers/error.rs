@@ -1,5 +1,23 @@
-//! Errors of a reconcile, classified for backoff and for conditions.
-use crate::docker::RuntimeError;
+//! Errors of a reconcile, classified for backoff and for conditions, and [`Blocked`]: the one way
+//! a reconcile says "cannot go on until something changes that only a person (or another
+//! controller) can change".
+use std::time::Duration;
+
+use crate::{api::conditions::reasons, docker::RuntimeError};
+
+/// A reconcile that cannot go on: a user's spec, a missing or unusable Secret or ConfigMap, a
+/// container with our name that is not ours. Reported in `condition` with `reason` and
+/// `message`, looked at again after `retry` (a change of the object triggers a reconcile at
+/// once), and never counted as a failure: backing off harder would not fix it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocked {
+    /// The condition type that reports it.
+    pub condition: &'static str,
+    pub reason: &'static str,
+    /// Safe to show: never holds secret data.
+    pub message: String,
+    pub retry: Duration,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -16,23 +34,99 @@ pub enum Error {
     /// Removal was requested but the container is still there (the finalizer must stay).
     #[error("container {0} still exists after removal")]
     ContainerStillExists(String),
+    /// Our view of the object was older than the server's: a guarded write was refused. The
+    /// next pass sees the newer object.
+    #[error("the object changed since it was read; looking again")]
+    Stale,
     #[error("serializing {0}")]
     Serialize(#[from] serde_json::Error),
+    #[error("{}", .0.message)]
+    Blocked(Blocked),
 }
 
 impl Error {
+    pub fn blocked(
+        condition: &'static str,
+        reason: &'static str,
+        message: impl Into<String>,
+        retry: Duration,
+    ) -> Self {
+        Error::Blocked(Blocked {
+            condition,
+            reason,
+            message: message.into(),
+            retry,
+        })
+    }
+
     /// Short label for the errors-by-kind metric.
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Kube(_) => "kube",
             Error::Runtime(RuntimeError::Unavailable(_)) => "docker_unavailable",
+            Error::Runtime(RuntimeError::Rejected(_)) => "docker_rejected",
             Error::Runtime(_) => "docker",
             Error::Missing(_) => "missing",
             Error::LoadBalancer(_) => "load_balancer",
             Error::ContainerStillExists(_) => "docker",
+            Error::Stale => "stale",
             Error::Serialize(_) => "serialize",
+            Error::Blocked(_) => "blocked",
+        }
+    }
+
+    /// The condition reason that reports this error, if a condition should (an API error is not
+    /// reported there: the status write would most likely fail too).
+    pub fn reason(&self) -> Option<&'static str> {
+        match self {
+            Error::Blocked(b) => Some(b.reason),
+            Error::Runtime(RuntimeError::Unavailable(_)) => Some(reasons::DOCKER_UNAVAILABLE),
+            Error::Runtime(RuntimeError::Image { .. }) => Some(reasons::IMAGE_UNAVAILABLE),
+            // The engine refused the request as made: the spec behind it is wrong, not the engine.
+            Error::Runtime(RuntimeError::Rejected(_)) => Some(reasons::INVALID_SPEC),
+            Error::Runtime(RuntimeError::Conflict(_)) => Some(reasons::NAME_CONFLICT),
+            Error::Runtime(RuntimeError::NotFound(_))
+            | Error::LoadBalancer(_)
+            | Error::ContainerStillExists(_) => Some(reasons::NOT_PROVISIONED),
+            Error::Kube(_) | Error::Missing(_) | Error::Stale | Error::Serialize(_) => None,
+        }
+    }
+
+    /// Errors that wait for a change instead of backing off: a blocked reconcile, and a request
+    /// the engine refused (retrying it unchanged cannot succeed; a spec change triggers a
+    /// reconcile anyway).
+    pub fn fixed_retry(&self) -> Option<Duration> {
+        match self {
+            Error::Blocked(b) => Some(b.retry),
+            Error::Runtime(RuntimeError::Rejected(_)) => Some(Duration::from_secs(300)),
+            _ => None,
         }
     }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_spec_is_not_an_outage() {
+        let rejected = Error::Runtime(RuntimeError::Rejected(
+            "invalid mount config: mount path must be absolute".into(),
+        ));
+        assert_eq!(rejected.reason(), Some(reasons::INVALID_SPEC));
+        assert!(rejected.fixed_retry().is_some(), "no backoff hot loop");
+        let outage = Error::Runtime(RuntimeError::Unavailable("connection refused".into()));
+        assert_eq!(outage.reason(), Some(reasons::DOCKER_UNAVAILABLE));
+        assert_eq!(outage.fixed_retry(), None, "an outage backs off");
+        let blocked = Error::blocked(
+            "C",
+            reasons::NAME_CONFLICT,
+            "taken",
+            Duration::from_secs(60),
+        );
+        assert_eq!(blocked.to_string(), "taken");
+        assert_eq!(blocked.fixed_retry(), Some(Duration::from_secs(60)));
+    }
+}

@@ -3,7 +3,8 @@
 //! reloaded only when the rendered text differs from what is in the container.
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube::{Api, ResourceExt, api::ListParams};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{Api, ResourceExt};
 
 use tracing::{debug, info};
 
@@ -11,10 +12,16 @@ use super::{
     context::Context,
     error::{Error, Result},
 };
-use crate::capi::{self, Machine};
-use crate::docker::{
-    haproxy::{self, Backend, HaproxyConfig},
-    labels, naming,
+use crate::{
+    api::{
+        DockerCluster,
+        conditions::{reasons, types},
+    },
+    capi::{Cluster, IpFamily},
+    docker::{
+        haproxy::{self, Backend, HaproxyConfig},
+        labels, naming,
+    },
 };
 
 /// Port the API servers listen on inside node containers.
@@ -36,24 +43,95 @@ pub enum SyncOutcome {
 }
 
 /// Which cluster's LB to sync, and how.
-pub struct LbTarget<'a> {
-    pub cluster: &'a str,
-    pub namespace: &'a str,
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LbTarget {
+    pub cluster: String,
+    pub namespace: String,
     pub frontend_port: u16,
     pub ipv6: bool,
     /// A complete haproxy.cfg from `customHAProxyConfigTemplateRef`, used verbatim.
-    pub custom_config: Option<&'a str>,
+    pub custom_config: Option<String>,
+}
+
+impl LbTarget {
+    /// The LB settings of `cluster` from its DockerCluster (absent while it is being deleted).
+    /// An unusable custom haproxy config is a [`Error::Blocked`] on `LoadBalancerAvailable`.
+    pub async fn resolve(
+        ctx: &Context,
+        namespace: &str,
+        cluster: &str,
+        dc: Option<&DockerCluster>,
+        owner: Option<&Cluster>,
+    ) -> Result<Self> {
+        Ok(LbTarget {
+            cluster: cluster.to_string(),
+            namespace: namespace.to_string(),
+            frontend_port: frontend_port(dc),
+            ipv6: owner.and_then(|c| c.ip_family().ok()) == Some(IpFamily::V6),
+            custom_config: match dc {
+                Some(dc) => custom_config(ctx, dc).await?,
+                None => None,
+            },
+        })
+    }
+}
+
+/// The endpoint port the DockerCluster asks for, else the default.
+pub fn frontend_port(dc: Option<&DockerCluster>) -> u16 {
+    dc.and_then(|d| d.spec.control_plane_endpoint.as_ref())
+        .and_then(|e| e.port)
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(DEFAULT_FRONTEND_PORT)
+}
+
+/// The complete haproxy.cfg from `customHAProxyConfigTemplateRef`, if set. A missing ConfigMap
+/// or key, or Go template syntax, blocks the load balancer until the user fixes it.
+pub async fn custom_config(ctx: &Context, dc: &DockerCluster) -> Result<Option<String>> {
+    let Some(name) = dc
+        .spec
+        .load_balancer
+        .as_ref()
+        .and_then(|l| l.custom_haproxy_config_template_ref.as_ref())
+        .map(|r| r.name.clone())
+        .filter(|n| !n.is_empty())
+    else {
+        return Ok(None);
+    };
+    let ns = dc.namespace().unwrap_or_default();
+    let blocked = |message: String| {
+        Err(Error::blocked(
+            types::LOAD_BALANCER_AVAILABLE,
+            reasons::INVALID_SPEC,
+            format!("customHAProxyConfigTemplateRef: ConfigMap {ns}/{name} {message}"),
+            std::time::Duration::from_secs(60),
+        ))
+    };
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(cm) = api.get_opt(&name).await? else {
+        return blocked("not found".into());
+    };
+    let Some(value) = cm.data.and_then(|mut d| d.remove("value")) else {
+        return blocked("has no key \"value\"".into());
+    };
+    if value.contains("{{") {
+        return blocked(
+            "uses Go template syntax, which capd-rs does not evaluate; \
+             provide a complete haproxy.cfg (backends are then yours to manage)"
+                .into(),
+        );
+    }
+    Ok(Some(value))
 }
 
 /// Pure: the haproxy.cfg for the given running control-plane containers (name -> address),
 /// leaving out the `draining` ones as long as another backend remains.
 pub fn desired_config(
-    target: &LbTarget<'_>,
+    target: &LbTarget,
     servers: BTreeMap<String, String>,
     draining: &BTreeSet<String>,
 ) -> String {
-    if let Some(custom) = target.custom_config {
-        return custom.to_string();
+    if let Some(custom) = &target.custom_config {
+        return custom.clone();
     }
     let others_remain = servers.keys().any(|n| !draining.contains(n));
     let servers = servers
@@ -83,13 +161,13 @@ pub fn desired_config(
 /// pass can never put a draining node back.
 pub async fn sync_backends(
     ctx: &Context,
-    target: &LbTarget<'_>,
+    target: &LbTarget,
     exclude: Option<&str>,
 ) -> Result<SyncOutcome> {
-    let lock = ctx.lb_lock(target.namespace, target.cluster);
+    let lock = ctx.lb_locks.lock(&target.namespace, &target.cluster);
     let _guard = lock.lock().await;
     let rt = &ctx.runtime;
-    let lb_name = naming::load_balancer_name(target.cluster);
+    let lb_name = naming::load_balancer_name(&target.cluster);
     let Some(lb) = rt.inspect(&lb_name).await? else {
         return Ok(SyncOutcome::NoLoadBalancer);
     };
@@ -98,7 +176,7 @@ pub async fn sync_backends(
     let is_lb = lb.labels.get(labels::KIND_ROLE).map(String::as_str)
         == Some(labels::ROLE_LOAD_BALANCER)
         && lb.labels.get(labels::OWNER_KIND).map(String::as_str) == Some("DockerCluster");
-    if !labels::belongs_to_cluster(&lb.labels, target.cluster, target.namespace) || !is_lb {
+    if !labels::belongs_to_cluster(&lb.labels, &target.cluster, &target.namespace) || !is_lb {
         // Not our cluster's LB (same name, other namespace): never write into it.
         return Ok(SyncOutcome::NoLoadBalancer);
     }
@@ -106,8 +184,11 @@ pub async fn sync_backends(
         return Ok(SyncOutcome::NotRunning);
     }
 
-    let selector =
-        labels::cluster_role_selector(target.cluster, target.namespace, labels::ROLE_CONTROL_PLANE);
+    let selector = labels::cluster_role_selector(
+        &target.cluster,
+        &target.namespace,
+        labels::ROLE_CONTROL_PLANE,
+    );
     let servers: BTreeMap<String, String> = rt
         .list(&selector)
         .await?
@@ -123,7 +204,7 @@ pub async fn sync_backends(
         })
         .collect();
     let backends = servers.len();
-    let draining = draining_containers(ctx, target).await?;
+    let draining = draining_containers(ctx, target);
     let config = desired_config(target, servers, &draining);
 
     let current = rt
@@ -139,23 +220,21 @@ pub async fn sync_backends(
     Ok(SyncOutcome::Reloaded { backends })
 }
 
-/// Node containers of the cluster's control-plane Machines that are being deleted.
-async fn draining_containers(ctx: &Context, target: &LbTarget<'_>) -> Result<BTreeSet<String>> {
-    let selector = format!(
-        "{}={},{}",
-        capi::CLUSTER_NAME_LABEL,
-        target.cluster,
-        capi::CONTROL_PLANE_LABEL
-    );
-    let machines = Api::<Machine>::namespaced(ctx.client.clone(), target.namespace)
-        .list(&ListParams::default().labels(&selector))
-        .await?;
-    Ok(machines
-        .items
+/// Node containers of the cluster's control-plane Machines that are being deleted (from the
+/// Machine cache: a sync never lists Machines from the API server).
+fn draining_containers(ctx: &Context, target: &LbTarget) -> BTreeSet<String> {
+    ctx.caches
+        .machines
+        .state()
         .iter()
-        .filter(|m| m.metadata.deletion_timestamp.is_some())
-        .map(|m| naming::machine_container_name(target.cluster, &m.name_any()))
-        .collect())
+        .filter(|m| {
+            m.namespace().as_deref() == Some(target.namespace.as_str())
+                && m.cluster_name() == Some(target.cluster.as_str())
+                && m.is_control_plane()
+                && m.metadata.deletion_timestamp.is_some()
+        })
+        .map(|m| naming::machine_container_name(&target.cluster, &m.name_any()))
+        .collect()
 }
 
 /// Write haproxy.cfg through exec (stdin), then read it back: a silent partial write would
@@ -200,10 +279,10 @@ pub fn argv(parts: &[&str]) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn target() -> LbTarget<'static> {
+    fn target() -> LbTarget {
         LbTarget {
-            cluster: "c",
-            namespace: "ns",
+            cluster: "c".into(),
+            namespace: "ns".into(),
             frontend_port: 6443,
             ipv6: false,
             custom_config: None,
@@ -233,7 +312,7 @@ mod tests {
     #[test]
     fn custom_config_is_used_verbatim() {
         let t = LbTarget {
-            custom_config: Some("global\n"),
+            custom_config: Some("global\n".into()),
             ..target()
         };
         assert_eq!(

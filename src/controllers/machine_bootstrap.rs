@@ -15,13 +15,14 @@ use kube::{
     runtime::{controller::Action, reflector::ObjectRef},
 };
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{
     bootstrap_tasks::{Finished, TaskState},
     context::Context,
-    error::Result,
+    error::{Error, Result},
     load_balancer::argv,
+    patch::Patcher,
 };
 use crate::{
     api::{
@@ -50,13 +51,13 @@ pub enum Outcome {
 /// What the reconcile needs to know about the machine.
 pub struct Target<'a> {
     pub dm: &'a DockerMachine,
-    pub api: &'a Api<DockerMachine>,
     pub container: &'a str,
     pub secret_name: &'a str,
 }
 
 pub async fn reconcile(
     t: &Target<'_>,
+    patcher: &mut Patcher<DockerMachine>,
     ctx: &Context,
     status: &mut DockerMachineStatus,
 ) -> Result<Outcome> {
@@ -183,20 +184,9 @@ pub async fn reconcile(
     }
 
     let pre_load = t.dm.spec.pre_load_images.as_deref().unwrap_or_default();
-    let steps = match load_steps(ctx, &ns, t.secret_name, pre_load).await? {
-        Ok(steps) => steps,
-        Err((reason, message, retry)) => {
-            warn!(dockermachine = %t.dm.name_any(), %message, "bootstrap data unusable");
-            set(Desired::false_(
-                types::BOOTSTRAP_EXEC_SUCCEEDED,
-                reason,
-                message,
-            ));
-            return Ok(Outcome::Wait(Action::requeue(retry)));
-        }
-    };
+    let steps = load_steps(ctx, &ns, t.secret_name, pre_load).await?;
     // Record the start before starting, so that no later pass can start a second run.
-    set_started_at(t.api, &t.dm.name_any(), Some(now)).await?;
+    set_started_at(patcher, Some(now)).await?;
     let total = steps.len();
     let (wake, me) = (ctx.wake.clone(), ObjectRef::from_obj(t.dm));
     ctx.bootstraps.start(
@@ -221,10 +211,15 @@ pub async fn reconcile(
 
 /// Forget any bootstrap state of a node container that is being recreated: the new container
 /// needs its own bootstrap.
-pub async fn reset(t: &Target<'_>, ctx: &Context, status: &mut DockerMachineStatus) -> Result<()> {
-    ctx.bootstraps.cancel(&t.dm.uid().unwrap_or_default());
-    if started_at(t.dm).is_some() {
-        set_started_at(t.api, &t.dm.name_any(), None).await?;
+pub async fn reset(
+    dm: &DockerMachine,
+    patcher: &mut Patcher<DockerMachine>,
+    ctx: &Context,
+    status: &mut DockerMachineStatus,
+) -> Result<()> {
+    ctx.bootstraps.cancel(&dm.uid().unwrap_or_default());
+    if started_at(dm).is_some() {
+        set_started_at(patcher, None).await?;
     }
     conditions::set(
         status.conditions.get_or_insert_with(Vec::new),
@@ -233,7 +228,7 @@ pub async fn reset(t: &Target<'_>, ctx: &Context, status: &mut DockerMachineStat
             reasons::NOT_SUCCEEDED,
             "The node container was recreated",
         ),
-        t.dm.metadata.generation,
+        dm.metadata.generation,
         Utc::now(),
     );
     Ok(())
@@ -247,47 +242,47 @@ fn started_at(dm: &DockerMachine) -> Option<DateTime<Utc>> {
 }
 
 async fn set_started_at(
-    api: &Api<DockerMachine>,
-    name: &str,
+    patcher: &mut Patcher<DockerMachine>,
     at: Option<DateTime<Utc>>,
 ) -> Result<()> {
-    let value = at.map(|t| t.to_rfc3339());
-    let patch = json!({"metadata": {"annotations": { STARTED_AT: value }}});
-    api.patch(
-        name,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
+    patcher
+        .annotations(json!({ STARTED_AT: at.map(|t| t.to_rfc3339()) }))
+        .await
 }
 
 /// The commands from the bootstrap Secret, preceded by a wait for the node's init system and
-/// container runtime and by the `preLoadImages` imports.
-/// The inner `Err` is (reason, message, retry after) for a condition: the Secret may still be
-/// fixed or appear, so it is re-read slowly, never in a hot loop.
+/// container runtime and by the `preLoadImages` imports. A missing or unusable Secret blocks
+/// bootstrap: it may still be fixed or appear, so it is re-read slowly, never in a hot loop.
 async fn load_steps(
     ctx: &Context,
     ns: &str,
     secret_name: &str,
     pre_load: &[String],
-) -> Result<std::result::Result<Vec<Step>, (&'static str, String, Duration)>> {
+) -> Result<Vec<Step>> {
+    let blocked = |reason, message: String, retry| {
+        Err(Error::blocked(
+            types::BOOTSTRAP_EXEC_SUCCEEDED,
+            reason,
+            message,
+            Duration::from_secs(retry),
+        ))
+    };
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let Some(secret) = api.get_opt(secret_name).await? else {
-        return Ok(Err((
+        return blocked(
             reasons::BOOTSTRAP_DATA_NOT_FOUND,
             format!("Bootstrap data Secret {ns}/{secret_name} not found"),
-            Duration::from_secs(30),
-        )));
+            30,
+        );
     };
-    let mut data = secret.data.unwrap_or_default();
     let invalid = |m: String| {
-        Ok(Err((
+        blocked(
             reasons::BOOTSTRAP_DATA_INVALID,
             format!("Bootstrap data Secret {ns}/{secret_name}: {m}"),
-            Duration::from_secs(120),
-        )))
+            120,
+        )
     };
+    let mut data = secret.data.unwrap_or_default();
     let Some(value) = data.remove("value") else {
         return invalid("has no key \"value\"".into());
     };
@@ -310,19 +305,19 @@ async fn load_steps(
         match ctx.runtime.save_image(image).await {
             Ok(tar) => steps.push(pre_load_step(image, tar)),
             Err(RuntimeError::Image { message, .. }) => {
-                return Ok(Err((
+                return blocked(
                     reasons::IMAGE_UNAVAILABLE,
                     format!(
                         "preLoadImages: {image} cannot be saved from the host's Docker Engine (images are never pulled for pre-loading): {message}"
                     ),
-                    Duration::from_secs(60),
-                )));
+                    60,
+                );
             }
             Err(e) => return Err(e.into()),
         }
     }
     steps.extend(commands);
-    Ok(Ok(steps))
+    Ok(steps)
 }
 
 /// Import one `docker save` tarball into the node's containerd, where the kubelet finds it.

@@ -1,6 +1,7 @@
 //! The two controllers and how they are wired: watches, concurrency, backoff, metrics, shutdown.
 pub mod backoff;
 pub mod bootstrap_tasks;
+pub mod caches;
 pub mod context;
 pub mod docker_cluster;
 pub mod docker_machine;
@@ -8,6 +9,7 @@ pub mod error;
 pub mod load_balancer;
 pub mod machine_bootstrap;
 pub mod mappers;
+pub mod node;
 pub mod patch;
 pub mod predicates;
 pub mod workload;
@@ -27,6 +29,7 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
+pub use caches::{CacheWriters, Caches, caches};
 pub use context::{Context, Settings};
 use error::{Error, Result};
 
@@ -76,9 +79,11 @@ pub struct DockerTriggers<C, M> {
     pub machines: M,
 }
 
-/// Run both controllers until `shutdown` resolves.
+/// Run both controllers until `shutdown` resolves. The watches fill `writers`, the caches the
+/// reconciles read through `ctx`.
 pub async fn run<S, C, M>(
     ctx: Arc<Context>,
+    writers: CacheWriters,
     scope: Scope,
     shutdown: S,
     triggers: DockerTriggers<C, M>,
@@ -90,14 +95,22 @@ pub async fn run<S, C, M>(
     let client = ctx.client.clone();
     let wc = scope.watcher();
 
-    let (dc_store, dc_stream) = primary(
+    // The DockerCluster controller's own watch fills the DockerCluster cache; the machine
+    // controller's Cluster and Machine watches fill theirs.
+    let dc_stream = primary(
         scope.api::<DockerCluster>(&client),
         &wc,
+        writers.docker_clusters,
         predicates::own_docker_cluster,
     );
-    let clusters = Controller::for_stream(dc_stream, dc_store)
+    let clusters = Controller::for_stream(dc_stream, ctx.caches.docker_clusters.clone())
         .watches_stream(
-            filtered(scope.api::<Cluster>(&client), &wc, predicates::cluster),
+            filtered(
+                scope.api::<Cluster>(&client),
+                &wc,
+                None,
+                predicates::cluster,
+            ),
             mappers::cluster_to_docker_cluster,
         )
         .reconcile_on(triggers.clusters)
@@ -110,25 +123,38 @@ pub async fn run<S, C, M>(
         )
         .for_each(|r| async move { log_result("DockerCluster", r) });
 
-    let (dm_store, dm_stream) = primary(
+    let (dm_store, dm_writer) = reflector::store();
+    let dm_stream = primary(
         scope.api::<DockerMachine>(&client),
         &wc,
+        dm_writer,
         predicates::own_docker_machine,
     );
     let (by_cluster, by_docker_cluster) = (dm_store.clone(), dm_store.clone());
     let machines = Controller::for_stream(dm_stream, dm_store)
         .watches_stream(
-            filtered(scope.api::<Machine>(&client), &wc, predicates::machine),
+            filtered(
+                scope.api::<Machine>(&client),
+                &wc,
+                Some(writers.machines),
+                predicates::machine,
+            ),
             mappers::machine_to_docker_machine,
         )
         .watches_stream(
-            filtered(scope.api::<Cluster>(&client), &wc, predicates::cluster),
+            filtered(
+                scope.api::<Cluster>(&client),
+                &wc,
+                Some(writers.clusters),
+                predicates::cluster,
+            ),
             move |c| mappers::cluster_to_docker_machines(&by_cluster, &c),
         )
         .watches_stream(
             filtered(
                 scope.api::<DockerCluster>(&client),
                 &wc,
+                None,
                 predicates::docker_cluster,
             ),
             move |dc| mappers::docker_cluster_to_docker_machines(&by_docker_cluster, &dc),
@@ -151,35 +177,38 @@ pub async fn run<S, C, M>(
 fn primary<K>(
     api: Api<K>,
     wc: &WatcherConfig,
-    predicate: fn(&K) -> Option<u64>,
-) -> (
-    reflector::Store<K>,
-    impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (store, writer) = reflector::store();
-    let stream = watcher::watcher(api, wc.clone())
-        .default_backoff()
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(predicate, Default::default());
-    (store, stream)
-}
-
-/// Related objects are watched through a predicate: only changes of fields we read trigger.
-fn filtered<K>(
-    api: Api<K>,
-    wc: &WatcherConfig,
+    writer: reflector::store::Writer<K>,
     predicate: fn(&K) -> Option<u64>,
 ) -> impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     watcher::watcher(api, wc.clone())
         .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicate, Default::default())
+}
+
+/// Related objects are watched through a predicate: only changes of fields we read trigger.
+/// With a `cache`, every event also updates it first (reconciles read owners from there).
+fn filtered<K>(
+    api: Api<K>,
+    wc: &WatcherConfig,
+    cache: Option<reflector::store::Writer<K>>,
+    predicate: fn(&K) -> Option<u64>,
+) -> impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let events = watcher::watcher(api, wc.clone()).default_backoff();
+    let events = match cache {
+        Some(writer) => events.reflect(writer).left_stream(),
+        None => events.right_stream(),
+    };
+    events
         .touched_objects()
         .predicate_filter(predicate, Default::default())
 }
@@ -191,7 +220,8 @@ fn log_result<T: std::fmt::Debug, E: std::fmt::Display>(kind: &str, r: std::resu
     }
 }
 
-fn key<K: Resource>(obj: &K) -> String
+/// The backoff key of an object.
+pub(crate) fn key<K: Resource>(obj: &K) -> String
 where
     K::DynamicType: Default,
 {

@@ -1,5 +1,15 @@
-//! The few writes the controllers make to the API server, each minimal:
-//! finalizers (merge patch guarded by resourceVersion), spec fields we own, and status.
+//! The few writes a reconcile makes to its own object, each minimal: finalizers (guarded by the
+//! list we saw), spec fields and annotations we own, and status (guarded by resourceVersion).
+//!
+//! One [`Patcher`] per reconcile carries the object's resourceVersion from each write to the
+//! next, so the status write at the end is conditional on exactly the object this reconcile read
+//! and changed itself: a concurrent change makes it fail ([`Error::Stale`]) instead of being
+//! overwritten, and the next pass recomputes status from the newer object.
+use std::{
+    collections::HashMap,
+    sync::{Mutex, PoisonError},
+};
+
 use kube::{
     Api, Resource, ResourceExt,
     api::{Patch, PatchParams},
@@ -7,111 +17,234 @@ use kube::{
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::json;
 
-use super::error::Result;
+use super::error::{Error, Result};
+
+/// The resourceVersion each object had after our last status write, by UID. A status equal to
+/// the one we computed is skipped only when the view is that very version: an older view (the
+/// watch lags behind our write) may hide a change that still has to be written.
+#[derive(Default)]
+pub struct StatusVersions(Mutex<HashMap<String, String>>);
+
+impl StatusVersions {
+    fn get(&self, uid: &str) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(uid)
+            .cloned()
+    }
+
+    fn record(&self, uid: &str, rv: Option<String>) {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match rv {
+            Some(rv) => map.insert(uid.to_string(), rv),
+            None => map.remove(uid),
+        };
+    }
+
+    /// Forget a deleted object.
+    pub fn forget(&self, uid: &str) {
+        self.record(uid, None);
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Whether a status write can be skipped: nothing to change, and the view is at least as new as
+/// our last write (pure; see [`StatusVersions`]).
+pub fn can_skip_status<S: PartialEq>(
+    current: Option<&S>,
+    desired: &S,
+    view_rv: Option<&str>,
+    last_written_rv: Option<&str>,
+) -> bool {
+    current == Some(desired) && (last_written_rv.is_none() || last_written_rv == view_rv)
+}
+
+/// Writes to one object during one reconcile.
+pub struct Patcher<K: Resource> {
+    api: Api<K>,
+    name: String,
+    uid: String,
+    /// The resourceVersion of the object as this reconcile last saw or wrote it.
+    rv: Option<String>,
+    /// The resourceVersion of the view the reconcile started from.
+    view_rv: Option<String>,
+}
 
 fn params() -> PatchParams {
     PatchParams::default()
 }
 
-/// Add `finalizer` if absent. A JSON patch whose `test` op guards the list we saw: a concurrent
-/// finalizer change makes it fail (and retry) instead of being overwritten, while unrelated
-/// changes (status, labels) do not conflict. Returns true if it was added.
-pub async fn add_finalizer<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<bool>
+impl<K> Patcher<K>
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    if obj.finalizers().iter().any(|f| f == finalizer) {
-        return Ok(false);
-    }
-    let ops = if obj.meta().finalizers.is_none() {
-        json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": null},
-            {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}
-        ])
-    } else {
-        json!([
-            {"op": "test", "path": "/metadata/finalizers", "value": obj.finalizers()},
-            {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}
-        ])
-    };
-    api.patch(
-        &obj.name_any(),
-        &params(),
-        &Patch::Json::<()>(serde_json::from_value(ops)?),
-    )
-    .await?;
-    Ok(true)
-}
-
-/// Remove `finalizer` if present (a vanished object is fine), guarded like [`add_finalizer`].
-pub async fn remove_finalizer<K>(api: &Api<K>, obj: &K, finalizer: &str) -> Result<()>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    let Some(index) = obj.finalizers().iter().position(|f| f == finalizer) else {
-        return Ok(());
-    };
-    let path = format!("/metadata/finalizers/{index}");
-    let ops =
-        json!([{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]);
-    match api
-        .patch(
-            &obj.name_any(),
-            &params(),
-            &Patch::Json::<()>(serde_json::from_value(ops)?),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Merge-patch part of `spec` (e.g. providerID, controlPlaneEndpoint).
-pub async fn patch_spec<K>(api: &Api<K>, name: &str, spec_fields: serde_json::Value) -> Result<()>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    api.patch(
-        name,
-        &params(),
-        &Patch::Merge(&json!({ "spec": spec_fields })),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Replace the status we own, only when it differs from what the object has (no write, no
-/// watch event, no reconcile loop).
-pub async fn patch_status_if_changed<K, S>(
-    api: &Api<K>,
-    name: &str,
-    current: Option<&S>,
-    desired: &S,
-) -> Result<bool>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-    S: Serialize + PartialEq,
-{
-    if current == Some(desired) {
-        return Ok(false);
-    }
-    // Merge patch: fields we no longer set must be nulled explicitly, so send the full status
-    // with nulls for absent optional fields (serde skips them; add them back as null).
-    let mut status = serde_json::to_value(desired)?;
-    let current = current.map(serde_json::to_value).transpose()?;
-    if let (Some(serde_json::Value::Object(cur)), Some(map)) = (current, status.as_object_mut()) {
-        for key in cur.keys() {
-            map.entry(key.clone()).or_insert(serde_json::Value::Null);
+    pub fn new(api: Api<K>, obj: &K) -> Self {
+        Self {
+            api,
+            name: obj.name_any(),
+            uid: obj.uid().unwrap_or_default(),
+            rv: obj.resource_version(),
+            view_rv: obj.resource_version(),
         }
     }
-    match api
-        .patch_status(name, &params(), &Patch::Merge(&json!({ "status": status })))
-        .await
+
+    fn after_write(&mut self, obj: &K) {
+        self.rv = obj.resource_version();
+    }
+
+    /// Add `finalizer` if absent. A JSON patch whose `test` op guards the list we saw: a
+    /// concurrent finalizer change makes it fail (and retry) instead of being overwritten, while
+    /// unrelated changes (status, labels) do not conflict. Returns true if it was added.
+    pub async fn add_finalizer(&mut self, obj: &K, finalizer: &str) -> Result<bool> {
+        if obj.finalizers().iter().any(|f| f == finalizer) {
+            return Ok(false);
+        }
+        let ops = if obj.meta().finalizers.is_none() {
+            json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}
+            ])
+        } else {
+            json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": obj.finalizers()},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}
+            ])
+        };
+        let patched = self
+            .api
+            .patch(
+                &self.name,
+                &params(),
+                &Patch::Json::<()>(serde_json::from_value(ops)?),
+            )
+            .await?;
+        self.after_write(&patched);
+        Ok(true)
+    }
+
+    /// Remove `finalizer` if present (a vanished object is fine), guarded like
+    /// [`Self::add_finalizer`].
+    pub async fn remove_finalizer(&mut self, obj: &K, finalizer: &str) -> Result<()> {
+        let Some(index) = obj.finalizers().iter().position(|f| f == finalizer) else {
+            return Ok(());
+        };
+        let path = format!("/metadata/finalizers/{index}");
+        let ops = json!([{"op": "test", "path": path, "value": finalizer}, {"op": "remove", "path": path}]);
+        match self
+            .api
+            .patch(
+                &self.name,
+                &params(),
+                &Patch::Json::<()>(serde_json::from_value(ops)?),
+            )
+            .await
+        {
+            Ok(patched) => {
+                self.after_write(&patched);
+                Ok(())
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Merge-patch part of `spec` (e.g. providerID, controlPlaneEndpoint).
+    pub async fn spec(&mut self, spec_fields: serde_json::Value) -> Result<()> {
+        self.merge(json!({ "spec": spec_fields })).await
+    }
+
+    /// Merge-patch annotations (a `null` value removes one).
+    pub async fn annotations(&mut self, annotations: serde_json::Value) -> Result<()> {
+        self.merge(json!({ "metadata": { "annotations": annotations } }))
+            .await
+    }
+
+    async fn merge(&mut self, patch: serde_json::Value) -> Result<()> {
+        let patched = self
+            .api
+            .patch(&self.name, &params(), &Patch::Merge(&patch))
+            .await?;
+        self.after_write(&patched);
+        Ok(())
+    }
+
+    /// Write the status we own when it differs from the view (see [`can_skip_status`]), as a
+    /// merge patch conditional on the resourceVersion this reconcile last saw or wrote.
+    pub async fn status<S>(
+        &mut self,
+        current: Option<&S>,
+        desired: &S,
+        versions: &StatusVersions,
+    ) -> Result<bool>
+    where
+        S: Serialize + PartialEq,
     {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
-        Err(e) => Err(e.into()),
+        let last = versions.get(&self.uid);
+        if can_skip_status(current, desired, self.view_rv.as_deref(), last.as_deref()) {
+            return Ok(false);
+        }
+        // Merge patch: fields we no longer set must be nulled explicitly, so send the full
+        // status with nulls for absent optional fields (serde skips them; add them back as null).
+        let mut status = serde_json::to_value(desired)?;
+        let current = current.map(serde_json::to_value).transpose()?;
+        if let (Some(serde_json::Value::Object(cur)), Some(map)) = (current, status.as_object_mut())
+        {
+            for key in cur.keys() {
+                map.entry(key.clone()).or_insert(serde_json::Value::Null);
+            }
+        }
+        let body = json!({
+            "metadata": { "resourceVersion": self.rv },
+            "status": status,
+        });
+        match self
+            .api
+            .patch_status(&self.name, &params(), &Patch::Merge(&body))
+            .await
+        {
+            Ok(patched) => {
+                self.after_write(&patched);
+                versions.record(&self.uid, patched.resource_version());
+                Ok(true)
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
+            Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Stale),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_write_is_skipped_only_for_an_up_to_date_view() {
+        let (a, b) = (Some(1), 1);
+        assert!(
+            can_skip_status(a.as_ref(), &b, Some("5"), None),
+            "never written"
+        );
+        assert!(
+            can_skip_status(a.as_ref(), &b, Some("5"), Some("5")),
+            "view has our write"
+        );
+        assert!(
+            !can_skip_status(a.as_ref(), &b, Some("4"), Some("5")),
+            "the view predates our last write: what it shows may be outdated on the server"
+        );
+        assert!(
+            !can_skip_status(a.as_ref(), &2, Some("5"), Some("5")),
+            "a change"
+        );
+        assert!(!can_skip_status(None, &b, Some("5"), None), "no status yet");
     }
 }

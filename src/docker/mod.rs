@@ -4,6 +4,8 @@
 //! lets pure decision code be unit-tested with an in-memory fake.
 pub mod engine;
 pub mod events;
+#[cfg(test)]
+pub mod fake;
 pub mod haproxy;
 pub mod labels;
 pub mod naming;

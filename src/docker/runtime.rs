@@ -58,6 +58,16 @@ impl ContainerInfo {
     pub fn is_running(&self) -> bool {
         self.state == Some(ContainerState::Running)
     }
+
+    /// Running, paused or restarting: the container (and the node in it) still exists and must
+    /// not be replaced. Docker itself reports `State.Running` for all three, and upstream CAPD
+    /// goes by that flag.
+    pub fn is_alive(&self) -> bool {
+        matches!(
+            self.state,
+            Some(ContainerState::Running | ContainerState::Paused | ContainerState::Restarting)
+        )
+    }
 }
 
 /// How a node container gets the privileges a kind-style node needs.

@@ -138,6 +138,12 @@ impl Flags {
             resync: duration("resync-period", &self.resync_period)?,
             // Read from the engine at start (manager::run), not a flag.
             cgroup_v1: false,
+            // A bootstrap runs in the background after its reconcile returned: bound them by the
+            // same number (0 means unbounded, as for the controller).
+            max_bootstraps: match self.docker_machine_concurrency {
+                0 => tokio::sync::Semaphore::MAX_PERMITS,
+                n => usize::from(n),
+            },
         })
     }
 

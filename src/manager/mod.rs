@@ -114,10 +114,14 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     let triggers = events::triggers(&runtime, stop.clone());
     let runtime: Arc<dyn ContainerRuntime> = runtime;
     let (wake, woken) = futures::channel::mpsc::unbounded();
-    let ctx = Arc::new(Context::new(client, runtime, settings, metrics, wake));
+    let (caches, writers) = controllers::caches();
+    let ctx = Arc::new(Context::new(
+        client, runtime, settings, metrics, caches, wake,
+    ));
     info!(?scope, "controllers starting");
     controllers::run(
         ctx,
+        writers,
         scope,
         stop,
         DockerTriggers {

@@ -1,0 +1,319 @@
+//! The pure part of a DockerMachine reconcile: from the object and its owners, what to do.
+//! No API server, no Docker: every branch is unit-tested below.
+use std::sync::Arc;
+
+use kube::ResourceExt;
+
+use super::FINALIZER;
+use crate::{
+    api::{
+        DockerCluster, DockerMachine,
+        conditions::{Desired, reasons, types},
+    },
+    capi::{self, Cluster, Machine},
+};
+
+/// The objects a DockerMachine reconcile reads, fetched once (from the caches).
+#[derive(Clone, Debug, Default)]
+pub struct Owners {
+    pub machine: Option<Arc<Machine>>,
+    pub cluster: Option<Arc<Cluster>>,
+    pub docker_cluster: Option<Arc<DockerCluster>>,
+    /// From the Machine, else the DockerMachine's cluster-name label (a deleted Machine).
+    pub cluster_name: Option<String>,
+}
+
+/// A DockerMachine whose Machine and Cluster exist.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bound {
+    pub machine: Arc<Machine>,
+    pub cluster: Arc<Cluster>,
+    pub cluster_name: String,
+    pub namespace: String,
+}
+
+impl Bound {
+    /// A control-plane Machine being deleted leaves the load balancer before anything else.
+    pub fn leaves_load_balancer(&self) -> bool {
+        self.machine.is_control_plane() && self.machine.metadata.deletion_timestamp.is_some()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// Externally managed (`cluster.x-k8s.io/managed-by`): not ours to touch.
+    LeaveAlone,
+    /// No owner Machine yet: CAPI sets it; a watch event brings the object back.
+    AwaitOwner,
+    /// Deleted before it ever had an owner: remove what carries its UID, then let go.
+    DeleteOrphan,
+    /// The owner Machine or its Cluster does not exist (transient: it may appear).
+    Missing(String),
+    /// Paused by its Cluster or its own annotation: report only.
+    Paused(Vec<String>),
+    Delete {
+        cluster_name: Option<String>,
+    },
+    /// The finalizer is set, then one of these.
+    Normal(Normal),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Normal {
+    /// Not yet: `ContainerProvisioned` says why.
+    Wait(Desired),
+    /// Provisioned earlier: report the container, bring a stopped one back; never bootstrap again.
+    Refresh(Bound),
+    /// Create (or adopt) the node container and bootstrap it from this Secret.
+    Provision(Bound, String),
+}
+
+pub fn decide(dm: &DockerMachine, o: &Owners) -> Plan {
+    let deleting = dm.metadata.deletion_timestamp.is_some();
+    // A finalizer we added before the managed-by annotation appeared is still honoured (or
+    // deletion would hang and containers leak).
+    let ours_to_delete = deleting && dm.finalizers().iter().any(|f| f == FINALIZER);
+    if capi::is_externally_managed(&dm.metadata) && !ours_to_delete {
+        return Plan::LeaveAlone;
+    }
+    if capi::capi_owner(&dm.metadata, "Machine").is_none() {
+        return if deleting {
+            Plan::DeleteOrphan
+        } else {
+            Plan::AwaitOwner
+        };
+    }
+    let ns = dm.namespace().unwrap_or_default();
+    if !deleting {
+        if o.machine.is_none() {
+            return Plan::Missing(format!("owner Machine {ns}/{} not found", owner_name(dm)));
+        }
+        if o.cluster.is_none() {
+            return Plan::Missing(format!(
+                "Cluster {ns}/{} of Machine {} not found",
+                o.cluster_name
+                    .as_deref()
+                    .unwrap_or("<no cluster.x-k8s.io/cluster-name label>"),
+                owner_name(dm)
+            ));
+        }
+    }
+    let paused = capi::paused_reasons(o.cluster.as_deref(), &dm.metadata, super::KIND);
+    if !paused.is_empty() {
+        return Plan::Paused(paused);
+    }
+    if deleting {
+        return Plan::Delete {
+            cluster_name: o.cluster_name.clone(),
+        };
+    }
+    let (Some(machine), Some(cluster), Some(cluster_name)) =
+        (o.machine.clone(), o.cluster.clone(), o.cluster_name.clone())
+    else {
+        return Plan::Missing("the Machine has no cluster name".into());
+    };
+    let bound = Bound {
+        machine,
+        cluster,
+        cluster_name,
+        namespace: ns,
+    };
+    if !bound.cluster.infrastructure_provisioned() {
+        return Plan::Normal(Normal::Wait(Desired::false_(
+            types::CONTAINER_PROVISIONED,
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+            "Waiting for the Cluster's infrastructure to be provisioned",
+        )));
+    }
+    if dm
+        .spec
+        .provider_id
+        .as_deref()
+        .is_some_and(|p| !p.is_empty())
+    {
+        return Plan::Normal(Normal::Refresh(bound));
+    }
+    let Some(secret) = bound.machine.data_secret_name().map(str::to_string) else {
+        return Plan::Normal(Normal::Wait(
+            if !bound.machine.is_control_plane() && !bound.cluster.control_plane_initialized() {
+                Desired::false_(
+                    types::CONTAINER_PROVISIONED,
+                    reasons::WAITING_FOR_CONTROL_PLANE_INITIALIZED,
+                    "Waiting for the control plane to be initialized",
+                )
+            } else {
+                Desired::false_(
+                    types::CONTAINER_PROVISIONED,
+                    reasons::WAITING_FOR_BOOTSTRAP_DATA,
+                    "Waiting for Machine.spec.bootstrap.dataSecretName",
+                )
+            },
+        ));
+    };
+    Plan::Normal(Normal::Provision(bound, secret))
+}
+
+fn owner_name(dm: &DockerMachine) -> String {
+    capi::capi_owner(&dm.metadata, "Machine")
+        .map(|o| o.name.clone())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    use super::*;
+    use crate::{
+        api::DockerMachineSpec,
+        capi::{Bootstrap, ClusterInitialization, ClusterSpec, ClusterStatus, MachineSpec},
+    };
+
+    fn dm() -> DockerMachine {
+        let mut dm = DockerMachine::new("m", DockerMachineSpec::default());
+        dm.metadata.namespace = Some("ns".into());
+        dm.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            name: "m".into(),
+            uid: "mu".into(),
+            ..Default::default()
+        }]);
+        dm
+    }
+
+    fn owners(infra: bool, cp_initialized: bool, secret: Option<&str>, cp: bool) -> Owners {
+        let mut machine = Machine::new(
+            "m",
+            MachineSpec {
+                cluster_name: Some("c".into()),
+                bootstrap: Some(Bootstrap {
+                    data_secret_name: secret.map(str::to_string),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        if cp {
+            machine.metadata.labels =
+                Some([(capi::CONTROL_PLANE_LABEL.to_string(), String::new())].into());
+        }
+        let mut cluster = Cluster::new("c", ClusterSpec::default());
+        cluster.status = Some(ClusterStatus {
+            initialization: Some(ClusterInitialization {
+                infrastructure_provisioned: Some(infra),
+                control_plane_initialized: Some(cp_initialized),
+            }),
+            ..Default::default()
+        });
+        Owners {
+            machine: Some(Arc::new(machine)),
+            cluster: Some(Arc::new(cluster)),
+            docker_cluster: None,
+            cluster_name: Some("c".into()),
+        }
+    }
+
+    fn reason(plan: Plan) -> &'static str {
+        match plan {
+            Plan::Normal(Normal::Wait(d)) => d.reason,
+            other => panic!("not a wait: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn owner_and_management() {
+        let mut orphan = dm();
+        orphan.metadata.owner_references = None;
+        assert_eq!(decide(&orphan, &Owners::default()), Plan::AwaitOwner);
+        orphan.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert_eq!(decide(&orphan, &Owners::default()), Plan::DeleteOrphan);
+
+        let mut managed = dm();
+        managed.metadata.annotations =
+            Some([(capi::MANAGED_BY_ANNOTATION.to_string(), "x".into())].into());
+        assert_eq!(
+            decide(&managed, &owners(true, true, None, false)),
+            Plan::LeaveAlone
+        );
+        managed.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        managed.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        assert!(
+            matches!(
+                decide(&managed, &owners(true, true, None, false)),
+                Plan::Delete { .. }
+            ),
+            "our finalizer is honoured even when managed elsewhere"
+        );
+    }
+
+    #[test]
+    fn missing_owners_wait_but_deletion_does_not() {
+        let mut o = owners(true, true, Some("s"), false);
+        o.cluster = None;
+        assert!(matches!(decide(&dm(), &o), Plan::Missing(m) if m.contains("Cluster ns/c")));
+        o.machine = None;
+        assert!(matches!(decide(&dm(), &o), Plan::Missing(m) if m.contains("Machine ns/m")));
+        let mut deleting = dm();
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert_eq!(
+            decide(&deleting, &o),
+            Plan::Delete {
+                cluster_name: Some("c".into())
+            }
+        );
+    }
+
+    #[test]
+    fn paused_wins_over_everything_but_ownership() {
+        let mut o = owners(true, true, Some("s"), false);
+        Arc::make_mut(o.cluster.as_mut().unwrap()).spec.paused = Some(true);
+        assert!(matches!(decide(&dm(), &o), Plan::Paused(why) if why.len() == 1));
+        let mut deleting = dm();
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert!(matches!(decide(&deleting, &o), Plan::Paused(_)));
+    }
+
+    #[test]
+    fn waits_in_contract_order() {
+        assert_eq!(
+            reason(decide(&dm(), &owners(false, false, Some("s"), false))),
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE
+        );
+        assert_eq!(
+            reason(decide(&dm(), &owners(true, false, None, false))),
+            reasons::WAITING_FOR_CONTROL_PLANE_INITIALIZED
+        );
+        assert_eq!(
+            reason(decide(&dm(), &owners(true, false, None, true))),
+            reasons::WAITING_FOR_BOOTSTRAP_DATA,
+            "a control-plane machine does not wait for an initialized control plane"
+        );
+        assert_eq!(
+            reason(decide(&dm(), &owners(true, true, None, false))),
+            reasons::WAITING_FOR_BOOTSTRAP_DATA
+        );
+    }
+
+    #[test]
+    fn provision_then_refresh() {
+        let o = owners(true, true, Some("s"), true);
+        match decide(&dm(), &o) {
+            Plan::Normal(Normal::Provision(b, secret)) => {
+                assert_eq!((b.cluster_name.as_str(), secret.as_str()), ("c", "s"));
+                assert!(!b.leaves_load_balancer());
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut provisioned = dm();
+        provisioned.spec.provider_id = Some("docker:////c-m".into());
+        let mut o = o;
+        Arc::make_mut(o.machine.as_mut().unwrap())
+            .metadata
+            .deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        match decide(&provisioned, &o) {
+            Plan::Normal(Normal::Refresh(b)) => assert!(b.leaves_load_balancer()),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Deleting a DockerMachine: leave the load balancer (control plane), remove the node
+//! container, and only then let the object go.
+use std::collections::BTreeMap;
+
+use chrono::Utc;
+use kube::{ResourceExt, runtime::controller::Action};
+use tracing::info;
+
+use super::{FINALIZER, KIND, Owners, decide::Bound, provision::sync_load_balancer};
+use crate::{
+    api::{
+        DockerMachine, DockerMachineStatus,
+        conditions::{self, Desired, reasons, types},
+    },
+    controllers::{
+        context::Context,
+        error::{Error, Result},
+        patch::Patcher,
+    },
+    docker::{labels, naming},
+};
+
+pub(super) async fn reconcile(
+    dm: &DockerMachine,
+    owners: &Owners,
+    cluster_name: Option<&str>,
+    ctx: &Context,
+    patcher: &mut Patcher<DockerMachine>,
+    mut status: DockerMachineStatus,
+) -> Result<Action> {
+    let uid = dm.uid().unwrap_or_default();
+    ctx.bootstraps.cancel(&uid);
+    let now = Utc::now();
+    for d in [
+        Desired::false_(
+            types::CONTAINER_PROVISIONED,
+            reasons::DELETING,
+            "Deleting the node container",
+        ),
+        Desired::false_(types::READY, reasons::DELETING, "Deleting"),
+    ] {
+        conditions::set(
+            status.conditions.get_or_insert_with(Vec::new),
+            &d,
+            dm.metadata.generation,
+            now,
+        );
+    }
+    patcher
+        .status(dm.status.as_ref(), &status, &ctx.status_versions)
+        .await?;
+
+    let ns = dm.namespace().unwrap_or_default();
+    let Some(cluster) = cluster_name else {
+        return orphan(dm, ctx, patcher).await;
+    };
+    let machine_name = capi_machine_name(dm);
+    let name = naming::machine_container_name(cluster, &machine_name);
+    let dm_name = dm.name_any();
+    let owner = labels::Owner {
+        cluster_name: cluster,
+        cluster_namespace: &ns,
+        kind: KIND,
+        name: &dm_name,
+        uid: &uid,
+    };
+    if let Some(existing) = ctx
+        .runtime
+        .inspect(&name)
+        .await?
+        .filter(|c| labels::usable_by(&c.labels, &owner))
+    {
+        let control_plane = existing.labels.get(labels::KIND_ROLE).map(String::as_str)
+            == Some(labels::ROLE_CONTROL_PLANE);
+        // The cluster (and so the LB settings) may be gone already; then so is the LB.
+        let bound = match (&owners.machine, &owners.cluster) {
+            (Some(machine), Some(c)) if control_plane => Some(Bound {
+                machine: machine.clone(),
+                cluster: c.clone(),
+                cluster_name: cluster.to_string(),
+                namespace: ns.clone(),
+            }),
+            _ => None,
+        };
+        if let Some(b) = &bound {
+            // Leave the LB before the container goes (a missing LB is fine).
+            sync_load_balancer(b, owners, ctx, Some(&name)).await?;
+        }
+        info!(container = %name, "removing node container");
+        ctx.runtime.remove(&name).await?;
+        if ctx.runtime.inspect(&name).await?.is_some() {
+            return Err(Error::ContainerStillExists(name));
+        }
+        if let Some(b) = &bound {
+            // Again once it is gone: a concurrent DockerCluster sync may have seen it running
+            // in between and put it back.
+            sync_load_balancer(b, owners, ctx, Some(&name)).await?;
+        }
+    }
+    let_go(dm, ctx, patcher).await
+}
+
+/// Deleted before it ever had a Machine or Cluster: remove every container labelled with this
+/// object's UID, then let go.
+pub(super) async fn orphan(
+    dm: &DockerMachine,
+    ctx: &Context,
+    patcher: &mut Patcher<DockerMachine>,
+) -> Result<Action> {
+    let uid = dm.uid().unwrap_or_default();
+    ctx.bootstraps.cancel(&uid);
+    let selector = BTreeMap::from([(labels::OWNER_UID.to_string(), uid)]);
+    for c in ctx.runtime.list(&selector).await? {
+        ctx.runtime.remove(&c.name).await?;
+    }
+    let_go(dm, ctx, patcher).await
+}
+
+async fn let_go(
+    dm: &DockerMachine,
+    ctx: &Context,
+    patcher: &mut Patcher<DockerMachine>,
+) -> Result<Action> {
+    patcher.remove_finalizer(dm, FINALIZER).await?;
+    ctx.forget(&crate::controllers::key(dm), &dm.uid().unwrap_or_default());
+    Ok(Action::await_change())
+}
+
+/// The owner Machine's name (the container is named after it).
+fn capi_machine_name(dm: &DockerMachine) -> String {
+    crate::capi::capi_owner(&dm.metadata, "Machine")
+        .map(|o| o.name.clone())
+        .unwrap_or_default()
+}

@@ -1,0 +1,180 @@
+//! DockerMachine reconciler: one node container per machine, bootstrapped from CAPI's data.
+//!
+//! fetch ([`Owners`], from the caches) -> decide ([`decide::decide`], pure) -> act
+//! ([`provision`], [`delete`]) -> status, written once on every exit path.
+pub mod decide;
+mod delete;
+mod provision;
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use kube::{Api, ResourceExt, runtime::controller::Action};
+use tracing::{Instrument, info, info_span};
+
+pub use decide::{Normal, Owners, Plan};
+
+use super::{
+    caches,
+    context::Context,
+    error::{Error, Result},
+    patch::Patcher,
+};
+use crate::{
+    api::{
+        DockerMachine, DockerMachineStatus,
+        conditions::{self, Desired, types},
+    },
+    capi,
+};
+
+pub const FINALIZER: &str = "dockermachine.infrastructure.cluster.x-k8s.io";
+const KIND: &str = "DockerMachine";
+
+pub async fn reconcile(dm: Arc<DockerMachine>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = dm.namespace().unwrap_or_default();
+    let owner = capi::capi_owner(&dm.metadata, "Machine").map(|o| o.name.clone());
+    let span = info_span!("reconcile", kind = KIND, namespace = %ns, name = %dm.name_any(), machine = owner.as_deref().unwrap_or(""));
+    async move {
+        let owners = fetch(&dm, &ctx).await?;
+        let plan = decide::decide(&dm, &owners);
+        act(plan, &dm, &owners, &ctx).await
+    }
+    .instrument(span)
+    .await
+}
+
+/// The owner Machine, its Cluster and the Cluster's DockerCluster, from the caches.
+async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
+    let ns = dm.namespace().unwrap_or_default();
+    let Some(owner) = capi::capi_owner(&dm.metadata, "Machine") else {
+        return Ok(Owners::default());
+    };
+    let c = &ctx.caches;
+    let machine = caches::get(&c.machines, &ctx.client, &ns, &owner.name).await?;
+    let cluster_name = machine
+        .as_ref()
+        .and_then(|m| m.cluster_name().map(str::to_string))
+        .or_else(|| dm.labels().get(capi::CLUSTER_NAME_LABEL).cloned());
+    let cluster = match &cluster_name {
+        Some(name) => caches::get(&c.clusters, &ctx.client, &ns, name).await?,
+        None => None,
+    };
+    let docker_cluster = match cluster
+        .as_ref()
+        .and_then(|c| c.spec.infrastructure_ref.as_ref())
+        .and_then(|r| r.name_if(crate::api::GROUP, "DockerCluster"))
+    {
+        Some(name) => caches::get(&c.docker_clusters, &ctx.client, &ns, name).await?,
+        None => None,
+    };
+    Ok(Owners {
+        machine,
+        cluster,
+        docker_cluster,
+        cluster_name,
+    })
+}
+
+async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> Result<Action> {
+    let api: Api<DockerMachine> =
+        Api::namespaced(ctx.client.clone(), &dm.namespace().unwrap_or_default());
+    let mut patcher = Patcher::new(api, dm);
+    let mut status = dm.status.clone().unwrap_or_default();
+    let set = |status: &mut DockerMachineStatus, d: &Desired| {
+        conditions::set(
+            status.conditions.get_or_insert_with(Vec::new),
+            d,
+            dm.metadata.generation,
+            Utc::now(),
+        );
+    };
+    let outcome = match plan {
+        Plan::LeaveAlone => return Ok(Action::await_change()),
+        Plan::AwaitOwner => {
+            info!("waiting for the Machine controller to set the owner reference");
+            return Ok(Action::requeue(ctx.settings.resync));
+        }
+        Plan::DeleteOrphan => return delete::orphan(dm, ctx, &mut patcher).await,
+        Plan::Missing(message) => return Err(Error::Missing(message)),
+        Plan::Paused(why) => {
+            set(&mut status, &conditions::paused(&why));
+            patcher
+                .status(dm.status.as_ref(), &status, &ctx.status_versions)
+                .await?;
+            return Ok(Action::await_change());
+        }
+        Plan::Delete { cluster_name } => {
+            set(&mut status, &conditions::paused(&[]));
+            // The only early status write: a user watching the deletion sees why it takes time.
+            return delete::reconcile(
+                dm,
+                owners,
+                cluster_name.as_deref(),
+                ctx,
+                &mut patcher,
+                status,
+            )
+            .await;
+        }
+        Plan::Normal(normal) => {
+            set(&mut status, &conditions::paused(&[]));
+            match patcher.add_finalizer(dm, FINALIZER).await {
+                Err(e) => Err(e),
+                Ok(_) => match normal {
+                    Normal::Wait(waiting) => {
+                        set(&mut status, &waiting);
+                        Ok(Action::requeue(ctx.settings.resync))
+                    }
+                    Normal::Refresh(bound) => {
+                        provision::refresh(&bound, dm, owners, ctx, &mut status).await
+                    }
+                    Normal::Provision(bound, secret) => {
+                        provision::Provisioning {
+                            bound: &bound,
+                            dm,
+                            owners,
+                            ctx,
+                            patcher: &mut patcher,
+                            secret_name: &secret,
+                        }
+                        .run(&mut status)
+                        .await
+                    }
+                },
+            }
+        }
+    };
+    // Status once, whatever happened: an error is reported in the condition it concerns.
+    if let Err(e) = &outcome
+        && let Some(reason) = e.reason()
+    {
+        let condition = match e {
+            Error::Blocked(b) => b.condition,
+            _ => types::CONTAINER_PROVISIONED,
+        };
+        set(
+            &mut status,
+            &Desired::false_(condition, reason, e.to_string()),
+        );
+    }
+    let conds = status.conditions.get_or_insert_with(Vec::new);
+    let ready = conditions::summarize_ready(
+        conds,
+        &[
+            types::CONTAINER_PROVISIONED,
+            types::BOOTSTRAP_EXEC_SUCCEEDED,
+        ],
+    );
+    set(&mut status, &ready);
+    patcher
+        .status(dm.status.as_ref(), &status, &ctx.status_versions)
+        .await?;
+    match outcome {
+        Err(e) => match e.fixed_retry() {
+            Some(retry) => Ok(Action::requeue(retry)),
+            None => Err(e),
+        },
+        ok => ok,
+    }
+}

@@ -1,0 +1,433 @@
+//! Acting on a DockerMachine that is not being deleted: create (or adopt) the node container,
+//! put a control-plane node behind the load balancer, bootstrap it, set the Node's providerID;
+//! once provisioned, only report, and bring a stopped container back.
+use std::time::Duration;
+
+use kube::{ResourceExt, runtime::controller::Action};
+use serde_json::json;
+use tracing::{debug, info};
+
+use super::{Owners, decide::Bound};
+use crate::{
+    api::{
+        DockerMachine, DockerMachineStatus, Initialization, MachineAddress, MachineAddressType,
+        conditions::{self, Desired, reasons, types},
+    },
+    capi::IpFamily,
+    controllers::{
+        context::Context,
+        error::{Error, Result},
+        load_balancer::{self, LbTarget, SyncOutcome, argv},
+        machine_bootstrap,
+        node::{self, Provisioned},
+        patch::Patcher,
+        workload,
+    },
+    docker::{ContainerInfo, NetworkSpec, RuntimeError, labels, naming, specs},
+};
+
+/// How long a machine whose container name is taken by someone else waits before looking again.
+const CONFLICT_RETRY: Duration = Duration::from_secs(60);
+/// How often a machine whose Node cannot be updated yet looks again (upstream's pace).
+const NODE_RETRY: Duration = Duration::from_secs(5);
+
+fn set(status: &mut DockerMachineStatus, dm: &DockerMachine, d: Desired) {
+    conditions::set(
+        status.conditions.get_or_insert_with(Vec::new),
+        &d,
+        dm.metadata.generation,
+        chrono::Utc::now(),
+    );
+}
+
+fn owner<'a>(b: &'a Bound, dm_name: &'a str, uid: &'a str) -> labels::Owner<'a> {
+    labels::Owner {
+        cluster_name: &b.cluster_name,
+        cluster_namespace: &b.namespace,
+        kind: super::KIND,
+        name: dm_name,
+        uid,
+    }
+}
+
+fn conflict(name: &str, why: impl std::fmt::Display) -> Error {
+    Error::blocked(
+        types::CONTAINER_PROVISIONED,
+        reasons::NAME_CONFLICT,
+        format!("Container {name} already exists and is not this DockerMachine's: {why}"),
+        CONFLICT_RETRY,
+    )
+}
+
+/// Re-sync the cluster's LB backends, for a control-plane machine only. An unusable custom
+/// haproxy config (the DockerCluster's condition says why) means: leave the LB alone.
+pub(super) async fn sync_load_balancer(
+    b: &Bound,
+    owners: &Owners,
+    ctx: &Context,
+    exclude: Option<&str>,
+) -> Result<SyncOutcome> {
+    let target = LbTarget::resolve(
+        ctx,
+        &b.namespace,
+        &b.cluster_name,
+        owners.docker_cluster.as_deref(),
+        Some(&b.cluster),
+    )
+    .await;
+    match target {
+        Ok(target) => load_balancer::sync_backends(ctx, &target, exclude).await,
+        Err(Error::Blocked(_)) => Ok(SyncOutcome::NoLoadBalancer),
+        Err(e) => Err(e),
+    }
+}
+
+/// A provisioned machine: report the container as it is, and start it again if it stopped
+/// (an engine restart stops every container; the node's state is in it, so it is never
+/// recreated).
+pub(super) async fn refresh(
+    b: &Bound,
+    dm: &DockerMachine,
+    owners: &Owners,
+    ctx: &Context,
+    status: &mut DockerMachineStatus,
+) -> Result<Action> {
+    status.initialization = Some(Initialization {
+        provisioned: Some(true),
+    });
+    status.ready = Some(true);
+    status.failure_domain = b.machine.failure_domain().map(str::to_string);
+    let control_plane = b.machine.is_control_plane();
+    if control_plane && b.leaves_load_balancer() {
+        sync_load_balancer(b, owners, ctx, None).await?;
+    }
+    if !conditions::is_true(
+        status.conditions.as_deref().unwrap_or_default(),
+        types::BOOTSTRAP_EXEC_SUCCEEDED,
+    ) {
+        set(
+            status,
+            dm,
+            Desired::true_(types::BOOTSTRAP_EXEC_SUCCEEDED, reasons::SUCCEEDED),
+        );
+    }
+    let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());
+    let (dm_name, uid) = (dm.name_any(), dm.uid().unwrap_or_default());
+    let owner = owner(b, &dm_name, &uid);
+    let found = node::found(ctx.runtime.inspect(&name).await?, &owner);
+    let container = match node::provisioned(found) {
+        Provisioned::Alive(c) => c,
+        Provisioned::Conflict(why) => return Err(conflict(&name, why)),
+        Provisioned::Gone => {
+            set(
+                status,
+                dm,
+                Desired::false_(
+                    types::CONTAINER_PROVISIONED,
+                    reasons::NOT_PROVISIONED,
+                    format!(
+                        "Container {name} does not exist anymore; delete the Machine to replace it"
+                    ),
+                ),
+            );
+            return Ok(Action::requeue(ctx.settings.resync));
+        }
+        Provisioned::Start(c) => {
+            info!(container = %name, state = ?c.state, "provisioned node container is not running; starting it");
+            ctx.runtime.start(&name).await?;
+            if control_plane {
+                // It may have a new address; it must be a backend again either way.
+                sync_load_balancer(b, owners, ctx, None).await?;
+            }
+            ctx.runtime.inspect(&name).await?.unwrap_or(c)
+        }
+    };
+    if !container.is_alive() {
+        set(
+            status,
+            dm,
+            Desired::false_(
+                types::CONTAINER_PROVISIONED,
+                reasons::NOT_PROVISIONED,
+                format!("Container {name} did not stay running after a start"),
+            ),
+        );
+        return Ok(Action::requeue(NODE_RETRY));
+    }
+    set(
+        status,
+        dm,
+        Desired::true_(types::CONTAINER_PROVISIONED, reasons::PROVISIONED),
+    );
+    status.addresses = Some(machine_addresses(&container, b.cluster.ip_family().ok()));
+    Ok(Action::requeue(ctx.settings.resync))
+}
+
+/// A machine that is not provisioned yet, with bootstrap data.
+pub(super) struct Provisioning<'a> {
+    pub bound: &'a Bound,
+    pub dm: &'a DockerMachine,
+    pub owners: &'a Owners,
+    pub ctx: &'a Context,
+    pub patcher: &'a mut Patcher<DockerMachine>,
+    pub secret_name: &'a str,
+}
+
+impl Provisioning<'_> {
+    pub async fn run(&mut self, status: &mut DockerMachineStatus) -> Result<Action> {
+        let (b, dm, ctx) = (self.bound, self.dm, self.ctx);
+        let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());
+        let control_plane = b.machine.is_control_plane();
+        if control_plane && b.leaves_load_balancer() {
+            sync_load_balancer(b, self.owners, ctx, None).await?;
+        }
+
+        let (dm_name, uid) = (dm.name_any(), dm.uid().unwrap_or_default());
+        let owner = owner(b, &dm_name, &uid);
+        let found = node::found(ctx.runtime.inspect(&name).await?, &owner);
+        let running = ctx.bootstraps.is_running(&uid);
+        let container = match node::provisioning(found, running) {
+            node::Provisioning::Use(c) => c,
+            node::Provisioning::Conflict(why) => return Err(conflict(&name, why)),
+            node::Provisioning::Create => self.create_node(&owner, &name).await?,
+            node::Provisioning::Recreate => {
+                info!(container = %name, "node container stopped before it was provisioned; recreating it");
+                ctx.runtime.remove(&name).await?;
+                machine_bootstrap::reset(dm, self.patcher, ctx, status).await?;
+                self.create_node(&owner, &name).await?
+            }
+        };
+        set(
+            status,
+            dm,
+            Desired::true_(types::CONTAINER_PROVISIONED, reasons::PROVISIONED),
+        );
+
+        if control_plane && !status.load_balancer_configured {
+            let outcome = sync_load_balancer(b, self.owners, ctx, None).await?;
+            status.load_balancer_configured = matches!(
+                outcome,
+                SyncOutcome::Reloaded { .. } | SyncOutcome::Unchanged
+            );
+        }
+
+        // Bootstrap, in a background task; reconciles poll it.
+        let target = machine_bootstrap::Target {
+            dm,
+            container: &name,
+            secret_name: self.secret_name,
+        };
+        match machine_bootstrap::reconcile(&target, self.patcher, ctx, status).await? {
+            machine_bootstrap::Outcome::Done => {}
+            machine_bootstrap::Outcome::Wait(action) => return Ok(action),
+        }
+
+        let container = ctx.runtime.inspect(&name).await?.unwrap_or(container);
+        status.addresses = Some(machine_addresses(&container, b.cluster.ip_family().ok()));
+        // A Kubernetes node (a kind-style image) gets its providerID on the Node object before
+        // ours is set, so that CAPI core's nodeRef matching finds it as soon as it looks.
+        let provider_id = naming::provider_id(&name);
+        if let Some(wait) = self.set_node_provider_id(&name, &provider_id).await? {
+            return Ok(wait);
+        }
+        // providerID in spec first: CAPI core needs it together with provisioned=true.
+        self.patcher
+            .spec(json!({ "providerID": provider_id, "bootstrapped": true }))
+            .await?;
+        status.initialization = Some(Initialization {
+            provisioned: Some(true),
+        });
+        status.ready = Some(true);
+        status.failure_domain = b.machine.failure_domain().map(str::to_string);
+        info!(container = %name, "machine provisioned");
+        Ok(Action::requeue(ctx.settings.resync))
+    }
+
+    /// Set `providerID` on the workload cluster's Node for this container, when the container is
+    /// a Kubernetes node (kind's `/kind/version` marker; the light test image has none).
+    /// `Some(action)` means "not yet": the control plane is not initialised, or the Node or the
+    /// workload API is not there yet; the machine is looked at again shortly.
+    async fn set_node_provider_id(
+        &self,
+        container: &str,
+        provider_id: &str,
+    ) -> Result<Option<Action>> {
+        let (b, ctx) = (self.bound, self.ctx);
+        let marker = ctx
+            .runtime
+            .exec(container, &argv(&["test", "-f", "/kind/version"]), None)
+            .await?;
+        if !marker.success() {
+            return Ok(None);
+        }
+        if b.cluster.spec.control_plane_ref.is_some() && !b.cluster.control_plane_initialized() {
+            debug!(%container, "waiting for the control plane to be initialized before updating the Node");
+            return Ok(Some(Action::requeue(NODE_RETRY)));
+        }
+        let outcome = match ctx
+            .workload
+            .client(&ctx.client, &b.namespace, &b.cluster_name)
+            .await
+        {
+            Ok(client) => workload::set_provider_id(&client, container, provider_id).await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(changed) => {
+                if changed {
+                    info!(%container, %provider_id, "Node providerID set in the workload cluster");
+                }
+                Ok(None)
+            }
+            Err(e) => {
+                info!(%container, error = %e, "cannot set the Node's providerID yet");
+                Ok(Some(Action::requeue(NODE_RETRY)))
+            }
+        }
+    }
+
+    /// Create the node container; a missing image reference or a lost name race is blocked.
+    async fn create_node(&self, owner: &labels::Owner<'_>, name: &str) -> Result<ContainerInfo> {
+        let (b, dm, ctx) = (self.bound, self.dm, self.ctx);
+        let version = b.machine.spec.version.as_deref().unwrap_or_default();
+        let image = specs::node_image(version, dm.spec.custom_image.as_deref(), "kindest")
+            .map_err(|message| {
+                Error::blocked(
+                    types::CONTAINER_PROVISIONED,
+                    reasons::INVALID_SPEC,
+                    message,
+                    ctx.settings.resync,
+                )
+            })?;
+        ctx.runtime.ensure_image(&image).await?;
+        ctx.runtime
+            .ensure_network(&NetworkSpec {
+                name: ctx.settings.network.clone(),
+                labels: ctx.settings.extra_labels.clone(),
+            })
+            .await?;
+        let role = if b.machine.is_control_plane() {
+            labels::ROLE_CONTROL_PLANE
+        } else {
+            labels::ROLE_WORKER
+        };
+        let mut container_labels =
+            labels::container_labels(owner, role, &ctx.settings.extra_labels);
+        if let Some(fd) = b.machine.failure_domain() {
+            container_labels.insert(labels::FAILURE_DOMAIN.to_string(), fd.to_string());
+        }
+        let mounts: Vec<(String, String, bool)> = dm
+            .spec
+            .extra_mounts
+            .iter()
+            .flatten()
+            .map(|m| {
+                (
+                    m.host_path.clone(),
+                    m.container_path.clone(),
+                    m.read_only.unwrap_or(false),
+                )
+            })
+            .collect();
+        let ipv6 = b.cluster.ip_family().is_ok_and(|f| f != IpFamily::V4);
+        let spec = specs::node_container_spec(&specs::NodeParams {
+            name,
+            image: &image,
+            role,
+            labels: container_labels,
+            network: &ctx.settings.network,
+            extra_mounts: &mounts,
+            privilege: ctx.settings.node_privilege.clone(),
+            ipv6,
+            proxy_env: specs::proxy_env(|k| std::env::var(k).ok(), &[], name),
+        });
+        info!(container = %name, %image, role, "creating node container");
+        match ctx.runtime.create_and_start(&spec).await {
+            Ok(c) => Ok(c),
+            // Lost a race for the name: use the container only if it is ours.
+            Err(RuntimeError::Conflict(_)) => match ctx.runtime.inspect(name).await? {
+                Some(c) if labels::usable_by(&c.labels, owner) => Ok(c),
+                _ => Err(conflict(
+                    name,
+                    "it was created by someone else at the same time",
+                )),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// `status.addresses`: the hostname, then InternalIP and ExternalIP for each address of the
+/// cluster's IP family (both for dual-stack; IPv4 first). An unknown family shows both.
+pub fn machine_addresses(c: &ContainerInfo, family: Option<IpFamily>) -> Vec<MachineAddress> {
+    let (v4, v6) = match family {
+        Some(IpFamily::V4) => (true, false),
+        Some(IpFamily::V6) => (false, true),
+        Some(IpFamily::Dual) | None => (true, true),
+    };
+    let mut out = vec![MachineAddress {
+        type_: MachineAddressType::Hostname,
+        address: c.name.clone(),
+    }];
+    let ips = [(v4, &c.ipv4), (v6, &c.ipv6)];
+    for ip in ips
+        .into_iter()
+        .filter(|(wanted, _)| *wanted)
+        .filter_map(|(_, ip)| ip.as_ref())
+        .filter(|ip| !ip.is_empty())
+    {
+        for type_ in [
+            MachineAddressType::InternalIp,
+            MachineAddressType::ExternalIp,
+        ] {
+            out.push(MachineAddress {
+                type_,
+                address: ip.clone(),
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addresses(family: Option<IpFamily>) -> Vec<(MachineAddressType, String)> {
+        let c = ContainerInfo {
+            name: "c-md-0".into(),
+            ipv4: Some("172.18.0.3".into()),
+            ipv6: Some("fc00::3".into()),
+            ..Default::default()
+        };
+        machine_addresses(&c, family)
+            .into_iter()
+            .map(|a| (a.type_, a.address))
+            .collect()
+    }
+
+    #[test]
+    fn addresses_follow_the_cluster_ip_family() {
+        let host = (MachineAddressType::Hostname, "c-md-0".to_string());
+        let v4 = [
+            (MachineAddressType::InternalIp, "172.18.0.3".to_string()),
+            (MachineAddressType::ExternalIp, "172.18.0.3".to_string()),
+        ];
+        let v6 = [
+            (MachineAddressType::InternalIp, "fc00::3".to_string()),
+            (MachineAddressType::ExternalIp, "fc00::3".to_string()),
+        ];
+        let with = |parts: &[&[(MachineAddressType, String)]]| {
+            let mut all = vec![host.clone()];
+            parts.iter().for_each(|p| all.extend_from_slice(p));
+            all
+        };
+        assert_eq!(
+            addresses(Some(IpFamily::V4)),
+            with(&[&v4]),
+            "no IPv6 for an IPv4 cluster"
+        );
+        assert_eq!(addresses(Some(IpFamily::V6)), with(&[&v6]));
+        assert_eq!(addresses(Some(IpFamily::Dual)), with(&[&v4, &v6]));
+    }
+}

@@ -1,0 +1,108 @@
+//! An in-memory [`ContainerRuntime`] for unit tests: records execs, answers them from a queue
+//! (then with success), can make every exec take a while, and counts how many ran at once.
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::{
+        Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use async_trait::async_trait;
+
+use super::{
+    ContainerInfo, ContainerRuntime, ContainerSpec, ExecOutput, NetworkSpec, RuntimeResult,
+};
+
+/// One exec: container, argv, stdin.
+pub type Call = (String, Vec<String>, Option<Vec<u8>>);
+
+#[derive(Default)]
+pub struct FakeRuntime {
+    calls: Mutex<Vec<Call>>,
+    answers: Mutex<VecDeque<RuntimeResult<ExecOutput>>>,
+    exec_delay: Duration,
+    running: AtomicUsize,
+    most_at_once: AtomicUsize,
+}
+
+impl FakeRuntime {
+    pub fn answering(answers: Vec<RuntimeResult<ExecOutput>>) -> Self {
+        FakeRuntime {
+            answers: Mutex::new(answers.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Every exec takes `delay` (to observe concurrency).
+    pub fn slow(delay: Duration) -> Self {
+        FakeRuntime {
+            exec_delay: delay,
+            ..Default::default()
+        }
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// The most execs that were in flight at the same moment.
+    pub fn most_at_once(&self) -> usize {
+        self.most_at_once.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl ContainerRuntime for FakeRuntime {
+    async fn ping(&self) -> RuntimeResult<()> {
+        Ok(())
+    }
+    async fn ensure_network(&self, _: &NetworkSpec) -> RuntimeResult<()> {
+        Ok(())
+    }
+    async fn inspect(&self, _: &str) -> RuntimeResult<Option<ContainerInfo>> {
+        Ok(None)
+    }
+    async fn list(&self, _: &BTreeMap<String, String>) -> RuntimeResult<Vec<ContainerInfo>> {
+        Ok(Vec::new())
+    }
+    async fn ensure_image(&self, _: &str) -> RuntimeResult<()> {
+        Ok(())
+    }
+    async fn create_and_start(&self, _: &ContainerSpec) -> RuntimeResult<ContainerInfo> {
+        Ok(ContainerInfo::default())
+    }
+    async fn start(&self, _: &str) -> RuntimeResult<()> {
+        Ok(())
+    }
+    async fn remove(&self, _: &str) -> RuntimeResult<()> {
+        Ok(())
+    }
+    async fn exec(
+        &self,
+        name: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+    ) -> RuntimeResult<ExecOutput> {
+        self.calls.lock().unwrap().push((
+            name.to_string(),
+            argv.to_vec(),
+            stdin.map(<[u8]>::to_vec),
+        ));
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_at_once.fetch_max(now, Ordering::SeqCst);
+        if !self.exec_delay.is_zero() {
+            tokio::time::sleep(self.exec_delay).await;
+        }
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        let answer = self.answers.lock().unwrap().pop_front();
+        answer.unwrap_or_else(|| Ok(ExecOutput::default()))
+    }
+    async fn kill(&self, _: &str, _: &str) -> RuntimeResult<()> {
+        Ok(())
+    }
+    async fn save_image(&self, _: &str) -> RuntimeResult<Vec<u8>> {
+        Ok(Vec::new())
+    }
+}
