@@ -2,6 +2,10 @@
 # Shared settings and helpers for the hack/ scripts. Source it; do not run it.
 # shellcheck disable=SC2034  # the settings are used by the scripts that source this file
 set -euo pipefail
+# Every early exit names what failed: under `set -e` a failing command or pipeline whose stderr
+# was discarded would otherwise end a script without a word. errtrace: also inside functions.
+set -o errtrace
+trap 'printf "\033[1;31mERROR:\033[0m %s line %s: \`%s\` failed (exit %s)\n" "${BASH_SOURCE[0]:-$0}" "$LINENO" "$BASH_COMMAND" "$?" >&2' ERR
 
 HACK_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$HACK_DIR/.." && pwd)

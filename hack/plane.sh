@@ -124,9 +124,10 @@ start_apiserver() {
   fi
   port_free "$APISERVER_PORT" || die "port $APISERVER_PORT is taken by a process this script did not start"
   # A real local IP avoids the "kubernetes" Service endpoint reconciler complaining about
-  # a loopback address; the docker0 bridge is always there once Docker runs.
+  # a loopback address; the docker0 bridge is there once Docker runs with its default bridge.
+  # Optional: without it the API server advertises its default (never an early exit).
   local adv
-  adv=$(ip -4 -o addr show dev docker0 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}')
+  adv=$(ip -4 -o addr show dev docker0 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}') || adv=""
   log "starting kube-apiserver v$K8S_VERSION on 127.0.0.1:$APISERVER_PORT${adv:+ (advertising $adv)}"
   mkdir -p "$PLANE_DIR/apiserver"
   # Flags as envtest's, with our certs: client-cert auth (admin = O=system:masters), RBAC, and

@@ -28,7 +28,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # Integration tests create CAPI objects by hand, so they run before the CAPI managers start.
 hack/capi.sh down >/dev/null 2>&1 || true
 step "unit tests, CRD tests, Docker adapter tests, controller integration tests"
-cargo test --locked --lib --bins --test crds --test docker_engine --test controllers
+cargo test --locked --lib --bins --test crds --test docker_engine --test controllers --test hack_scripts
 cargo test --locked -p capd-runc-shim
 
 step "CAPI core, kubeadm bootstrap and kubeadm control-plane managers"
