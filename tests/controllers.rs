@@ -433,8 +433,9 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
         .unwrap();
         assert_eq!(stats.status(), 200);
 
-        // Contract item 22: a provisioned node container stopped by hand -> Ready=False, but
-        // provisioned and providerID stay.
+        // A provisioned node container that stopped (an engine restart stops them all; here by
+        // hand) is started again, the same container (its state is the node's), and the
+        // machine is Ready again; provisioned and providerID never waver.
         env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
             .await;
         env.create_machine(&ns, &name, "w0", false, Some("boot"), node_spec())
@@ -446,6 +447,7 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
         })
         .await;
         let node = format!("{name}-w0");
+        let id = inspect(&docker, &node).await.unwrap().id;
         assert!(
             std::process::Command::new("docker")
                 .args(["stop", "-t", "1", &node])
@@ -453,27 +455,36 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
                 .unwrap()
                 .success()
         );
-        let stopped = eventually(
-            Duration::from_secs(30),
-            "w0 not Ready after stop",
-            || async {
-                env.docker_machine(&ns, "w0")
-                    .await
-                    .filter(|dm| !dm.cond_true("Ready"))
-            },
-        )
+        eventually(Duration::from_secs(30), "w0 started again", || async {
+            inspect(&docker, &node).await.filter(|c| c.is_running())
+        })
         .await;
-        assert_eq!(stopped.spec.provider_id, provisioned.spec.provider_id);
         assert_eq!(
-            stopped
-                .status
-                .as_ref()
-                .unwrap()
-                .initialization
-                .as_ref()
-                .and_then(|i| i.provisioned),
-            Some(true)
+            inspect(&docker, &node).await.unwrap().id,
+            id,
+            "not recreated"
         );
+        let again = eventually(Duration::from_secs(30), "w0 Ready again", || async {
+            env.docker_machine(&ns, "w0")
+                .await
+                .filter(|dm| dm.cond_true("Ready") && dm.cond_true("ContainerProvisioned"))
+        })
+        .await;
+        assert_eq!(again.spec.provider_id, provisioned.spec.provider_id);
+
+        // A paused node container is alive: kept as it is, not recreated or restarted.
+        docker_cli(&["pause", &node]);
+        let dm_api: Api<DockerMachine> = Api::namespaced(env.client.clone(), &ns);
+        let touch = json!({"metadata": {"annotations": {"capd-rs.test/touch": "paused"}}});
+        dm_api
+            .patch("w0", &PatchParams::default(), &Patch::Merge(&touch))
+            .await
+            .unwrap();
+        never(Duration::from_secs(4), "a paused node replaced", || async {
+            inspect(&docker, &node).await.is_none_or(|c| c.id != id)
+        })
+        .await;
+        docker_cli(&["unpause", &node]);
 
         // A provisioned node container removed by hand is reported (and not silently recreated).
         docker.remove(&node).await.unwrap();
@@ -497,6 +508,40 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
         );
         assert!(!dm.cond_true("Ready"));
         assert!(inspect(&docker, &node).await.is_none(), "not recreated");
+
+        // Someone else's container under the node's name is never reported as the node.
+        let test_label = format!("{TEST_LABEL}={}", env.id);
+        docker_cli(&[
+            "run",
+            "-d",
+            "--name",
+            &node,
+            "--label",
+            &test_label,
+            NODE_IMAGE,
+        ]);
+        let dm = eventually(
+            Duration::from_secs(30),
+            "w0 reports the name conflict",
+            || async {
+                let touch = json!({"metadata": {"annotations": {"capd-rs.test/touch": "foreign"}}});
+                dm_api
+                    .patch("w0", &PatchParams::default(), &Patch::Merge(&touch))
+                    .await
+                    .unwrap();
+                env.docker_machine(&ns, "w0")
+                    .await
+                    .filter(|dm| dm.has_reason("ContainerProvisioned", "ContainerNameConflict"))
+            },
+        )
+        .await;
+        let foreign_ip = inspect(&docker, &node).await.unwrap().ipv4.unwrap();
+        let addresses = dm.status.unwrap().addresses.unwrap_or_default();
+        assert!(
+            addresses.iter().all(|a| a.address != foreign_ip),
+            "no address of the foreign container: {addresses:?}"
+        );
+        docker.remove(&node).await.unwrap();
 
         // Deletion completes with the LB and the node container already gone.
         docker.remove(&lb).await.unwrap();

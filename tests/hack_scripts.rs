@@ -15,7 +15,10 @@ fn an_early_exit_names_what_failed() {
         .arg("-c")
         .arg(script)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("CAPD_RS_CACHE", std::env::temp_dir().join("capd-rs-hack-test"))
+        .env(
+            "CAPD_RS_CACHE",
+            std::env::temp_dir().join("capd-rs-hack-test"),
+        )
         .output()
         .expect("bash runs");
     let (stdout, stderr) = (
@@ -25,7 +28,9 @@ fn an_early_exit_names_what_failed() {
     assert!(!out.status.success(), "the script stops");
     assert!(!stdout.contains("not reached"), "{stdout}");
     assert!(
-        stderr.contains("ERROR") && stderr.contains("a=$(address)") && stderr.contains("failed (exit 1)"),
+        stderr.contains("ERROR")
+            && stderr.contains("a=$(address)")
+            && stderr.contains("failed (exit 1)"),
         "the failing command and its status are named: {stderr:?}"
     );
 }

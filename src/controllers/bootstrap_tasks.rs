@@ -10,7 +10,7 @@ use std::{
 };
 
 use tokio::{sync::Semaphore, task::JoinHandle};
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 use crate::{
     bootstrap::{self, Step},
@@ -112,7 +112,8 @@ impl BootstrapTasks {
         let result = Arc::new(Mutex::new(None));
         let total = steps.len();
         let (p, r, slots) = (progress.clone(), result.clone(), self.slots.clone());
-        let handle = tokio::spawn(async move {
+        let handle = tokio::spawn(
+            async move {
             // Closed only if dropped, which never happens while tasks exist.
             let Ok(_slot) = slots.acquire_owned().await else {
                 return;
@@ -137,7 +138,9 @@ impl BootstrapTasks {
             info!(%container, result = ?finished_label(&finished), "bootstrap finished");
             *lock(&r) = Some(finished);
             on_finish();
-        });
+        }
+        // The reconcile's span (kind, namespace, name, owner) follows the work it started.
+        .in_current_span());
         tasks.insert(
             uid.to_string(),
             Task {

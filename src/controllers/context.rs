@@ -6,7 +6,13 @@ use std::{
 };
 
 use futures::channel::mpsc::UnboundedSender;
-use kube::{Client, runtime::reflector::ObjectRef};
+use kube::{
+    Client,
+    runtime::{
+        events::{Recorder, Reporter},
+        reflector::ObjectRef,
+    },
+};
 
 use super::{
     backoff::Backoff, bootstrap_tasks::BootstrapTasks, caches::Caches, patch::StatusVersions,
@@ -69,6 +75,8 @@ pub struct Context {
     pub wake: UnboundedSender<ObjectRef<DockerMachine>>,
     pub lb_locks: LbLocks,
     pub status_versions: StatusVersions,
+    /// Publishes Kubernetes Events (see [`super::events`]).
+    pub recorder: Recorder,
 }
 
 impl Context {
@@ -80,7 +88,12 @@ impl Context {
         caches: Caches,
         wake: UnboundedSender<ObjectRef<DockerMachine>>,
     ) -> Self {
+        let reporter = Reporter {
+            controller: "capd-rs".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
         Self {
+            recorder: Recorder::new(client.clone(), reporter),
             client,
             runtime,
             bootstraps: BootstrapTasks::new(settings.max_bootstraps),

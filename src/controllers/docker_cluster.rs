@@ -13,6 +13,7 @@ use super::{
     caches,
     context::Context,
     error::{Error, Result},
+    events,
     load_balancer::{self, LbTarget},
     patch::Patcher,
 };
@@ -174,6 +175,13 @@ async fn reconcile_normal(
     patcher
         .status(dc.status.as_ref(), &status, &ctx.status_versions)
         .await?;
+    events::publish(
+        &ctx.recorder,
+        dc,
+        dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
+        status.conditions.as_ref(),
+    )
+    .await;
     result.map(|_| action)
 }
 

@@ -6,6 +6,7 @@ pub mod context;
 pub mod docker_cluster;
 pub mod docker_machine;
 pub mod error;
+pub mod events;
 pub mod load_balancer;
 pub mod machine_bootstrap;
 pub mod mappers;

@@ -670,6 +670,15 @@ pub fn fully_provisioned(dm: &capd::api::DockerMachine) -> bool {
 }
 
 /// Run a shell command in a container and return stdout (trimmed).
+/// Run the docker CLI; the command must succeed.
+pub fn docker_cli(args: &[&str]) {
+    let status = std::process::Command::new("docker")
+        .args(args)
+        .status()
+        .expect("docker CLI");
+    assert!(status.success(), "docker {args:?} failed");
+}
+
 pub async fn exec(docker: &BollardRuntime, container: &str, script: &str) -> (i64, String) {
     let out = docker
         .exec(

@@ -18,6 +18,7 @@ use super::{
     caches,
     context::Context,
     error::{Error, Result},
+    events,
     patch::Patcher,
 };
 use crate::{
@@ -170,6 +171,13 @@ async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> 
     patcher
         .status(dm.status.as_ref(), &status, &ctx.status_versions)
         .await?;
+    events::publish(
+        &ctx.recorder,
+        dm,
+        dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
+        status.conditions.as_ref(),
+    )
+    .await;
     match outcome {
         Err(e) => match e.fixed_retry() {
             Some(retry) => Ok(Action::requeue(retry)),

@@ -1,0 +1,108 @@
+//! Kubernetes Events for the problems users look for first (`kubectl describe`, `kubectl get
+//! events`): a condition turning to one of these reasons publishes one Warning Event, with the
+//! condition's message (which never holds secret data). Only transitions publish, so a machine
+//! that stays blocked does not repeat itself on every pass.
+use kube::{
+    Resource,
+    runtime::events::{Event, EventType, Recorder},
+};
+use tracing::debug;
+
+use crate::api::conditions::{Condition, ConditionStatus, reasons};
+
+/// Reasons that need a person's attention.
+const WARNINGS: [&str; 8] = [
+    reasons::BOOTSTRAP_FAILED,
+    reasons::BOOTSTRAP_TIMED_OUT,
+    reasons::BOOTSTRAP_DATA_INVALID,
+    reasons::BOOTSTRAP_DATA_NOT_FOUND,
+    reasons::NAME_CONFLICT,
+    reasons::IMAGE_UNAVAILABLE,
+    reasons::INVALID_SPEC,
+    reasons::DOCKER_UNAVAILABLE,
+];
+
+/// The (reason, message) of every condition that newly went False with a warning reason.
+pub fn warnings(before: &[Condition], after: &[Condition]) -> Vec<(String, String)> {
+    after
+        .iter()
+        .filter(|c| c.status == ConditionStatus::False && WARNINGS.contains(&c.reason.as_str()))
+        .filter(|c| {
+            !before
+                .iter()
+                .any(|b| b.type_ == c.type_ && b.reason == c.reason && b.status == c.status)
+        })
+        .map(|c| (c.reason.clone(), c.message.clone()))
+        .collect()
+}
+
+/// Publish the warnings of a status change on `obj` (best effort: an Event that cannot be
+/// written never fails a reconcile).
+pub async fn publish<K: Resource<DynamicType = ()>>(
+    recorder: &Recorder,
+    obj: &K,
+    before: Option<&Vec<Condition>>,
+    after: Option<&Vec<Condition>>,
+) {
+    let (before, after) = (
+        before.map(Vec::as_slice).unwrap_or_default(),
+        after.map(Vec::as_slice).unwrap_or_default(),
+    );
+    for (reason, message) in warnings(before, after) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason,
+            note: Some(message),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &obj.object_ref(&())).await {
+            debug!(error = %e, "cannot publish an Event");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::conditions::{Desired, set, types};
+
+    fn conds(ds: &[Desired]) -> Vec<Condition> {
+        let mut out = Vec::new();
+        for d in ds {
+            set(&mut out, d, Some(1), chrono::Utc::now());
+        }
+        out
+    }
+
+    #[test]
+    fn only_new_warnings_are_published() {
+        let failed = Desired::false_(
+            types::BOOTSTRAP_EXEC_SUCCEEDED,
+            reasons::BOOTSTRAP_FAILED,
+            "step 3/9 failed: run kubeadm exited with code 1",
+        );
+        let waiting = Desired::false_(
+            types::CONTAINER_PROVISIONED,
+            reasons::WAITING_FOR_BOOTSTRAP_DATA,
+            "Waiting",
+        );
+        let before = conds(std::slice::from_ref(&waiting));
+        let after = conds(&[waiting.clone(), failed.clone()]);
+        assert_eq!(
+            warnings(&before, &after),
+            vec![(
+                reasons::BOOTSTRAP_FAILED.to_string(),
+                failed.message.clone()
+            )]
+        );
+        assert!(
+            warnings(&after, &after).is_empty(),
+            "no repeat while it stays"
+        );
+        assert!(
+            warnings(&[], &conds(&[waiting])).is_empty(),
+            "waiting is not a warning"
+        );
+    }
+}
