@@ -8,7 +8,30 @@ use kube::{
 use crate::{
     api::{DockerCluster, DockerMachine, GROUP},
     capi::{CLUSTER_NAME_LABEL, Cluster, Machine},
+    docker::{ContainerEvent, labels},
 };
+
+/// The object a container event concerns.
+#[derive(Debug, PartialEq)]
+pub enum ContainerOwner {
+    DockerCluster(ObjectRef<DockerCluster>),
+    DockerMachine(ObjectRef<DockerMachine>),
+}
+
+/// Container event -> its owner, from the ownership labels we put on every container.
+pub fn container_owner(event: &ContainerEvent) -> Option<ContainerOwner> {
+    let get = |k: &str| event.labels.get(k).map(String::as_str);
+    let (name, ns) = (get(labels::OWNER_NAME)?, get(labels::CLUSTER_NAMESPACE)?);
+    match get(labels::OWNER_KIND)? {
+        "DockerCluster" => Some(ContainerOwner::DockerCluster(
+            ObjectRef::new(name).within(ns),
+        )),
+        "DockerMachine" => Some(ContainerOwner::DockerMachine(
+            ObjectRef::new(name).within(ns),
+        )),
+        _ => None,
+    }
+}
 
 /// Cluster -> its DockerCluster (through `spec.infrastructureRef`).
 pub fn cluster_to_docker_cluster(cluster: Cluster) -> Option<ObjectRef<DockerCluster>> {
@@ -102,6 +125,28 @@ mod tests {
         );
         c.spec.infrastructure_ref = contract_ref("AWSCluster", "x");
         assert_eq!(cluster_to_docker_cluster(c), None);
+    }
+
+    #[test]
+    fn container_events_map_to_their_owner() {
+        let owner = labels::Owner {
+            cluster_name: "c",
+            cluster_namespace: "ns",
+            kind: "DockerMachine",
+            name: "m",
+            uid: "u",
+        };
+        let event = ContainerEvent {
+            action: "die".into(),
+            labels: labels::container_labels(&owner, labels::ROLE_WORKER, &Default::default()),
+        };
+        assert_eq!(
+            container_owner(&event),
+            Some(ContainerOwner::DockerMachine(
+                ObjectRef::new("m").within("ns")
+            ))
+        );
+        assert_eq!(container_owner(&ContainerEvent::default()), None);
     }
 
     #[test]

@@ -37,6 +37,7 @@ use error::{Error, Result};
 use crate::{
     api::{DockerCluster, DockerMachine},
     capi::{Cluster, Machine, WATCH_FILTER_LABEL},
+    docker::ContainerEvent,
 };
 
 /// Which objects the manager watches and how many it reconciles at once.
@@ -78,6 +79,30 @@ impl Scope {
 pub struct DockerTriggers<C, M> {
     pub clusters: C,
     pub machines: M,
+}
+
+/// Route container events to the objects that own the containers (by our ownership labels).
+pub fn docker_triggers(
+    events: impl Stream<Item = ContainerEvent> + Send + 'static,
+) -> DockerTriggers<
+    impl Stream<Item = ObjectRef<DockerCluster>> + Send + 'static,
+    impl Stream<Item = ObjectRef<DockerMachine>> + Send + 'static,
+> {
+    let (cluster_tx, clusters) = futures::channel::mpsc::unbounded();
+    let (machine_tx, machines) = futures::channel::mpsc::unbounded();
+    tokio::spawn(events.for_each(move |event| {
+        match mappers::container_owner(&event) {
+            Some(mappers::ContainerOwner::DockerCluster(r)) => {
+                let _ = cluster_tx.unbounded_send(r);
+            }
+            Some(mappers::ContainerOwner::DockerMachine(r)) => {
+                let _ = machine_tx.unbounded_send(r);
+            }
+            None => {}
+        }
+        futures::future::ready(())
+    }));
+    DockerTriggers { clusters, machines }
 }
 
 /// Run both controllers until `shutdown` resolves. The watches fill `writers`, the caches the

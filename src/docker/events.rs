@@ -1,28 +1,25 @@
-//! Docker events as reconcile triggers: when one of our containers dies, stops or disappears
-//! (by hand, OOM, engine restart), the owning DockerCluster/DockerMachine is reconciled at once
-//! instead of at the next resync.
+//! The engine's container events, as the runtime port exposes them: when one of our containers
+//! dies, stops or disappears (by hand, OOM, engine restart), its labels are reported so that the
+//! controllers can reconcile the owner at once instead of at the next resync. Which object a
+//! container belongs to is the controllers' business ([`crate::controllers::docker_triggers`]).
 use std::{collections::HashMap, future::Future, time::Duration};
 
 use bollard::query_parameters::EventsOptionsBuilder;
 use futures::{StreamExt, channel::mpsc, stream::BoxStream};
-use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, warn};
 
-use super::{engine::BollardRuntime, labels};
-use crate::api::{DockerCluster, DockerMachine};
-
-pub struct Triggers {
-    pub clusters: BoxStream<'static, ObjectRef<DockerCluster>>,
-    pub machines: BoxStream<'static, ObjectRef<DockerMachine>>,
-}
+use super::{ContainerEvent, engine::BollardRuntime, labels};
 
 /// Container actions after which the owner should look again.
 const ACTIONS: [&str; 4] = ["die", "stop", "destroy", "oom"];
 
-/// Follow the engine's event stream (reconnecting after errors) until `stop` resolves.
-pub fn triggers(rt: &BollardRuntime, stop: impl Future<Output = ()> + Send + 'static) -> Triggers {
-    let (cluster_tx, cluster_rx) = mpsc::unbounded();
-    let (machine_tx, machine_rx) = mpsc::unbounded();
+/// Follow the engine's event stream for containers we manage (reconnecting after errors) until
+/// `stop` resolves.
+pub fn container_events(
+    rt: &BollardRuntime,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> BoxStream<'static, ContainerEvent> {
+    let (tx, rx) = mpsc::unbounded();
     let docker = rt.client().clone();
     let follow = async move {
         loop {
@@ -43,23 +40,19 @@ pub fn triggers(rt: &BollardRuntime, stop: impl Future<Output = ()> + Send + 'st
                         break;
                     }
                 };
-                let attrs = event.actor.and_then(|a| a.attributes).unwrap_or_default();
-                let (Some(kind), Some(name), Some(ns)) = (
-                    attrs.get(labels::OWNER_KIND),
-                    attrs.get(labels::OWNER_NAME),
-                    attrs.get(labels::CLUSTER_NAMESPACE),
-                ) else {
-                    continue;
-                };
-                debug!(%kind, %name, %ns, action = ?event.action, "container event");
-                match kind.as_str() {
-                    "DockerCluster" => {
-                        drop(cluster_tx.unbounded_send(ObjectRef::new(name).within(ns)))
-                    }
-                    "DockerMachine" => {
-                        drop(machine_tx.unbounded_send(ObjectRef::new(name).within(ns)))
-                    }
-                    _ => {}
+                let action = event.action.unwrap_or_default();
+                let labels = event
+                    .actor
+                    .and_then(|a| a.attributes)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect();
+                debug!(%action, "container event");
+                if tx
+                    .unbounded_send(ContainerEvent { action, labels })
+                    .is_err()
+                {
+                    return;
                 }
             }
             tokio::time::sleep(Duration::from_secs(2)).await;
@@ -71,8 +64,5 @@ pub fn triggers(rt: &BollardRuntime, stop: impl Future<Output = ()> + Send + 'st
             _ = follow => {},
         }
     });
-    Triggers {
-        clusters: cluster_rx.boxed(),
-        machines: machine_rx.boxed(),
-    }
+    rx.boxed()
 }

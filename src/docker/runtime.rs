@@ -142,6 +142,14 @@ impl ExecOutput {
     }
 }
 
+/// Something happened to one of our containers (it died, stopped, was removed): its action and
+/// the container's labels (event attributes carry them).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerEvent {
+    pub action: String,
+    pub labels: BTreeMap<String, String>,
+}
+
 /// The operations the controllers need from a container engine.
 #[async_trait]
 pub trait ContainerRuntime: Send + Sync {

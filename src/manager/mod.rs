@@ -111,7 +111,7 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
         }
     };
     info!(cgroup_v1 = settings.cgroup_v1, "Docker Engine host");
-    let triggers = events::triggers(&runtime, stop.clone());
+    let triggers = controllers::docker_triggers(events::container_events(&runtime, stop.clone()));
     let runtime: Arc<dyn ContainerRuntime> = runtime;
     let (wake, woken) = futures::channel::mpsc::unbounded();
     let (caches, writers) = controllers::caches();
