@@ -48,7 +48,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            lb_image: "kindest/haproxy:v20230606-42a2262b".into(),
+            lb_image: crate::docker::specs::DEFAULT_LB_IMAGE.into(),
             node_privilege: NodePrivilege::Privileged,
             bootstrap_timeout: crate::api::DEFAULT_BOOTSTRAP_TIMEOUT,
             network: "kind".into(),

@@ -24,10 +24,7 @@ use crate::{
     },
 };
 
-/// Port the API servers listen on inside node containers.
-pub const BACKEND_PORT: u16 = 6443;
-/// Frontend port when the DockerCluster does not set one.
-pub const DEFAULT_FRONTEND_PORT: u16 = 6443;
+pub use crate::docker::haproxy::{BACKEND_PORT, DEFAULT_FRONTEND_PORT};
 
 /// What a backend sync found and did.
 #[derive(Debug, PartialEq, Eq)]

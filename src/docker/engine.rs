@@ -625,14 +625,8 @@ fn classify(what: &str, err: BollardError) -> RuntimeError {
 /// `name[:tag]` or `name@digest` → (`name`, tag-or-digest), `latest` when neither is given (an
 /// empty tag would make the engine pull every tag of the repository).
 fn split_reference(image: &str) -> (&str, &str) {
-    if let Some((name, digest)) = image.split_once('@') {
-        return (name, digest);
-    }
-    let slash = image.rfind('/').map_or(0, |i| i + 1);
-    match image[slash..].rfind(':') {
-        Some(i) => (&image[..slash + i], &image[slash + i + 1..]),
-        None => (image, "latest"),
-    }
+    let r = super::image::ImageRef::parse(image);
+    (r.name, r.digest.or(r.tag).unwrap_or("latest"))
 }
 
 fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {

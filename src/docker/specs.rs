@@ -132,23 +132,6 @@ pub fn node_image(
     Ok(format!("{repository}/{NODE_IMAGE_NAME}:{tag}"))
 }
 
-/// Splits `repo/name:tag` into (`repo/name`, `tag`); a digest (`@sha256:…`) stays with the tag part.
-fn split_image(image: &str) -> (&str, Option<&str>) {
-    let (path, digest) = match image.find('@') {
-        Some(i) => (&image[..i], Some(&image[i..])),
-        None => (image, None),
-    };
-    let slash = path.rfind('/').map_or(0, |i| i + 1);
-    match path[slash..].rfind(':') {
-        Some(i) => {
-            let at = slash + i;
-            let tag_end = digest.map_or(image.len(), |d| path.len() + d.len());
-            (&image[..at], Some(&image[at + 1..tag_end]))
-        }
-        None => (path, digest),
-    }
-}
-
 /// The load-balancer image: `default_image` (the manager flag, upstream
 /// `kindest/haproxy:v20230606-42a2262b`) with its repository (everything before the image name)
 /// replaced by `spec.loadBalancer.imageRepository` and its tag by `spec.loadBalancer.imageTag`
@@ -159,22 +142,21 @@ pub fn lb_image(repository: Option<&str>, tag: Option<&str>, default_image: &str
     } else {
         default_image.trim()
     };
-    let (path, default_tag) = split_image(default_image);
-    let name = path.rsplit('/').next().unwrap_or(path);
+    let default = super::image::ImageRef::parse(default_image);
     let path = match repository
         .map(|r| r.trim().trim_end_matches('/'))
         .filter(|r| !r.is_empty())
     {
-        Some(repo) => format!("{repo}/{name}"),
-        None => path.to_string(),
+        Some(repo) => format!("{repo}/{}", default.short_name()),
+        None => default.name.to_string(),
     };
     match tag.map(str::trim).filter(|t| !t.is_empty()) {
         Some(t) => format!("{path}:{t}"),
-        None => match default_tag {
-            Some(d) if d.starts_with('@') => format!("{path}{d}"),
-            Some(d) => format!("{path}:{d}"),
-            None => path,
-        },
+        None => {
+            let tag = default.tag.map(|t| format!(":{t}")).unwrap_or_default();
+            let digest = default.digest.map(|d| format!("@{d}")).unwrap_or_default();
+            format!("{path}{tag}{digest}")
+        }
     }
 }
 

@@ -63,7 +63,7 @@ pub struct Flags {
     #[arg(
         long,
         env = "CAPD_LB_IMAGE",
-        default_value = "kindest/haproxy:v20230606-42a2262b"
+        default_value = crate::docker::specs::DEFAULT_LB_IMAGE
     )]
     pub lb_image: String,
     /// How node containers get their privileges.
