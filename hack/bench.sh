@@ -68,6 +68,11 @@ metrics() { curl -sf --max-time 5 "http://127.0.0.1:$1/metrics"; }
 # docker_calls <metrics text>: "operation count" lines; docker_calls_total: their sum.
 docker_calls() { awk -F'[{}" ]+' '/^capd_docker_api_calls\{/ { print $3, $NF }' <<<"$1" | sort; }
 docker_calls_total() { awk -F' ' '/^capd_docker_api_calls\{/ { s += $NF } END { print s + 0 }' <<<"$1"; }
+# kube_requests <metrics text>: "verb count" lines (capd_kube_api_requests_total summed per verb).
+kube_requests() {
+  awk '/^capd_kube_api_requests_total\{/ { match($0, /verb="[a-z]+"/); s[substr($0, RSTART + 6, RLENGTH - 7)] += $NF }
+       END { for (v in s) print v, s[v] }' <<<"$1" | sort
+}
 reconciles() { awk -F'[{}" ]+' '/^capd_reconcile_total\{/ { print $3, $NF }' <<<"$1" | sort; }
 reconcile_errors() { awk '/^capd_reconcile_errors_total\{/ { sub(/^capd_reconcile_errors_total/, ""); print }' <<<"$1"; }
 
@@ -489,6 +494,7 @@ run_one() {
   d="### N=$N (run $ID)"$'\n\n'
   d+="- DockerCluster provisioned in ${dc_secs}s; all $N DockerMachines provisioned ${secs}s after the apply started (kubectl apply itself ${t_applied}s; first provisioned ${t_first}s, half ${t_half}s)"$'\n'
   d+="- Docker calls: $calls at provisioned ($((calls - calls_before)) for the machines = $(awk -v c=$((calls - calls_before)) -v n="$N" 'BEGIN { printf "%.1f", c / n }') per machine); $idle_calls in ${IDLE}s idle afterwards; $(docker_calls_total "$m_end") by the end (after deletion)"$'\n'
+  d+="- Kubernetes API requests in the machine phase, per verb: $(join -a2 -e0 -o 0,1.2,2.2 <(kube_requests "$m_before") <(kube_requests "$m_after") | awk -v n="$N" '{ d = $3 - $2; printf "%s%s=%d (%.1f/machine)", sep, $1, d, d / n; sep=", " }'); in ${IDLE}s idle: $(join -a2 -e0 -o 0,1.2,2.2 <(kube_requests "$m_after") <(kube_requests "$m_idle") | awk '{ printf "%s%s=%d", sep, $1, $3 - $2; sep=", " }')"$'\n'
   d+="- Reconciles at provisioned: $(reconciles "$m_after" | awk '{ printf "%s%s=%s", sep, $1, $2; sep=", " }'); machine phase only: $(join_delta "$m_before" "$m_after" "$N"); $idle_rec in ${IDLE}s idle"$'\n'
   local errs
   errs=$(reconcile_errors "$m_end")
