@@ -1,0 +1,311 @@
+//! Conversions between our container types and the engine's: the create body from a
+//! [`ContainerSpec`], and [`ContainerInfo`] from inspect and list answers.
+use super::*;
+
+pub(super) fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
+    let mut port_bindings: PortMap = HashMap::new();
+    let mut exposed: Vec<String> = Vec::new();
+    for p in &spec.ports {
+        let binding = PortBinding {
+            host_ip: Some(p.host_ip.clone()),
+            // An empty HostPort lets the engine pick a free port.
+            host_port: Some(p.host_port.map(|n| n.to_string()).unwrap_or_default()),
+        };
+        port_bindings
+            .entry(p.container_port.clone())
+            .or_insert_with(|| Some(Vec::new()))
+            .get_or_insert_with(Vec::new)
+            .push(binding);
+        if !exposed.contains(&p.container_port) {
+            exposed.push(p.container_port.clone());
+        }
+    }
+
+    let mut host = HostConfig {
+        network_mode: Some(spec.network.clone()),
+        binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
+        tmpfs: (!spec.tmpfs.is_empty()).then(|| {
+            spec.tmpfs
+                .iter()
+                .map(|t| (t.clone(), String::new()))
+                .collect()
+        }),
+        security_opt: (!spec.security_opt.is_empty()).then(|| spec.security_opt.clone()),
+        sysctls: (!spec.sysctls.is_empty()).then(|| {
+            spec.sysctls
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        }),
+        port_bindings: (!port_bindings.is_empty()).then_some(port_bindings),
+        cgroupns_mode: spec
+            .cgroupns_private
+            .then_some(HostConfigCgroupnsModeEnum::PRIVATE),
+        restart_policy: spec.restart_on_failure.map(|n| RestartPolicy {
+            name: Some(RestartPolicyNameEnum::ON_FAILURE),
+            maximum_retry_count: Some(n),
+        }),
+        init: Some(false),
+        ..Default::default()
+    };
+    match &spec.privilege {
+        NodePrivilege::Privileged => host.privileged = Some(true),
+        NodePrivilege::AllCapabilities { drop } => {
+            host.cap_add = Some(vec!["ALL".to_string()]);
+            host.cap_drop = (!drop.is_empty()).then(|| drop.clone());
+            host.device_cgroup_rules = Some(vec!["a *:* rwm".to_string()]);
+        }
+        NodePrivilege::None => {}
+    }
+
+    ContainerCreateBody {
+        hostname: (!spec.hostname.is_empty()).then(|| spec.hostname.clone()),
+        image: Some(spec.image.clone()),
+        labels: Some(
+            spec.labels
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        env: (!spec.env.is_empty()).then(|| spec.env.clone()),
+        entrypoint: spec.entrypoint.clone(),
+        cmd: spec.cmd.clone(),
+        tty: Some(spec.tty),
+        exposed_ports: (!exposed.is_empty()).then_some(exposed),
+        volumes: (!spec.volumes.is_empty()).then(|| spec.volumes.clone()),
+        host_config: Some(host),
+        ..Default::default()
+    }
+}
+
+fn non_empty(s: Option<String>) -> Option<String> {
+    s.filter(|s| !s.is_empty())
+}
+
+/// The endpoint on the network named by the container's network mode, else the first by name.
+fn pick_network<'a>(
+    networks: Option<&'a HashMap<String, EndpointSettings>>,
+    mode: Option<&str>,
+) -> Option<&'a EndpointSettings> {
+    let networks = networks?;
+    if let Some(endpoint) = mode.and_then(|m| networks.get(m)) {
+        return Some(endpoint);
+    }
+    networks.iter().min_by(|a, b| a.0.cmp(b.0)).map(|(_, e)| e)
+}
+
+/// Container states as the engine spells them (inspect and list use separate enums with the
+/// same strings).
+fn state_from_str(s: &str) -> Option<ContainerState> {
+    Some(match s {
+        "" => return None,
+        "created" => ContainerState::Created,
+        "running" => ContainerState::Running,
+        "paused" => ContainerState::Paused,
+        "restarting" => ContainerState::Restarting,
+        "removing" => ContainerState::Removing,
+        "exited" => ContainerState::Exited,
+        "dead" => ContainerState::Dead,
+        _ => ContainerState::Unknown,
+    })
+}
+
+fn state_from_inspect(s: ContainerStateStatusEnum) -> Option<ContainerState> {
+    state_from_str(s.as_ref())
+}
+
+fn state_from_summary(s: ContainerSummaryStateEnum) -> Option<ContainerState> {
+    state_from_str(s.as_ref())
+}
+
+fn host_ports_from_map(ports: Option<&PortMap>) -> BTreeMap<String, u16> {
+    let mut out = BTreeMap::new();
+    for (key, bindings) in ports.into_iter().flatten() {
+        let port = bindings
+            .iter()
+            .flatten()
+            .find_map(|b| b.host_port.as_deref().and_then(|p| p.parse::<u16>().ok()));
+        if let Some(port) = port {
+            out.insert(key.clone(), port);
+        }
+    }
+    out
+}
+
+pub(super) fn info_from_inspect(r: ContainerInspectResponse) -> ContainerInfo {
+    let mode = r.host_config.as_ref().and_then(|h| h.network_mode.clone());
+    let settings = r.network_settings.as_ref();
+    let endpoint = pick_network(settings.and_then(|s| s.networks.as_ref()), mode.as_deref());
+    let config = r.config.as_ref();
+    ContainerInfo {
+        id: r.id.clone().unwrap_or_default(),
+        name: r
+            .name
+            .as_deref()
+            .unwrap_or_default()
+            .trim_start_matches('/')
+            .to_string(),
+        image: config
+            .and_then(|c| c.image.clone())
+            .or_else(|| r.image.clone())
+            .unwrap_or_default(),
+        state: r
+            .state
+            .as_ref()
+            .and_then(|s| s.status)
+            .and_then(state_from_inspect),
+        labels: config
+            .and_then(|c| c.labels.as_ref())
+            .map(|l| l.clone().into_iter().collect())
+            .unwrap_or_default(),
+        ipv4: endpoint.and_then(|e| non_empty(e.ip_address.clone())),
+        ipv6: endpoint.and_then(|e| non_empty(e.global_ipv6_address.clone())),
+        host_ports: host_ports_from_map(settings.and_then(|s| s.ports.as_ref())),
+    }
+}
+
+pub(super) fn info_from_summary(s: ContainerSummary) -> ContainerInfo {
+    let mode = s.host_config.as_ref().and_then(|h| h.network_mode.clone());
+    let endpoint = pick_network(
+        s.network_settings
+            .as_ref()
+            .and_then(|n| n.networks.as_ref()),
+        mode.as_deref(),
+    );
+    let mut host_ports = BTreeMap::new();
+    for p in s.ports.iter().flatten() {
+        if let Some(public) = p.public_port {
+            let proto = p
+                .typ
+                .map(|t| t.to_string())
+                .filter(|t| !t.is_empty())
+                .unwrap_or_else(|| "tcp".into());
+            host_ports
+                .entry(format!("{}/{proto}", p.private_port))
+                .or_insert(public);
+        }
+    }
+    ContainerInfo {
+        id: s.id.clone().unwrap_or_default(),
+        name: s
+            .names
+            .as_ref()
+            .and_then(|n| n.first())
+            .map(|n| n.trim_start_matches('/').to_string())
+            .unwrap_or_default(),
+        image: s.image.clone().unwrap_or_default(),
+        state: s.state.and_then(state_from_summary),
+        labels: s
+            .labels
+            .map(|l| l.into_iter().collect())
+            .unwrap_or_default(),
+        ipv4: endpoint.and_then(|e| non_empty(e.ip_address.clone())),
+        ipv6: endpoint.and_then(|e| non_empty(e.global_ipv6_address.clone())),
+        host_ports,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::docker::runtime::PortPublish;
+
+    fn spec(privilege: NodePrivilege) -> ContainerSpec {
+        ContainerSpec {
+            name: "n".into(),
+            hostname: "n".into(),
+            image: "i".into(),
+            labels: BTreeMap::from([("k".to_string(), "v".to_string())]),
+            env: vec![],
+            entrypoint: None,
+            cmd: None,
+            network: "kind".into(),
+            ports: vec![
+                PortPublish {
+                    container_port: "6443/tcp".into(),
+                    host_ip: "0.0.0.0".into(),
+                    host_port: None,
+                },
+                PortPublish {
+                    container_port: "6443/tcp".into(),
+                    host_ip: "::".into(),
+                    host_port: Some(7000),
+                },
+            ],
+            tmpfs: vec!["/tmp".into()],
+            volumes: vec!["/var".into()],
+            binds: vec![],
+            privilege,
+            security_opt: vec![],
+            sysctls: BTreeMap::new(),
+            cgroupns_private: true,
+            tty: true,
+            restart_on_failure: Some(1),
+        }
+    }
+
+    #[test]
+    fn create_body_maps_the_spec() {
+        let body = create_body(&spec(NodePrivilege::AllCapabilities {
+            drop: vec!["SYS_RESOURCE".into()],
+        }));
+        let host = body.host_config.clone().unwrap();
+        assert_eq!(host.cap_add, Some(vec!["ALL".to_string()]));
+        assert_eq!(host.cap_drop, Some(vec!["SYS_RESOURCE".to_string()]));
+        assert_eq!(
+            host.device_cgroup_rules,
+            Some(vec!["a *:* rwm".to_string()])
+        );
+        assert_eq!(host.privileged, None);
+        assert_eq!(
+            host.cgroupns_mode,
+            Some(HostConfigCgroupnsModeEnum::PRIVATE)
+        );
+        assert_eq!(host.network_mode.as_deref(), Some("kind"));
+        let bindings = host.port_bindings.unwrap()["6443/tcp"].clone().unwrap();
+        assert_eq!(bindings.len(), 2);
+        assert_eq!(bindings[0].host_port.as_deref(), Some(""));
+        assert_eq!(bindings[1].host_port.as_deref(), Some("7000"));
+        assert_eq!(body.exposed_ports, Some(vec!["6443/tcp".to_string()]));
+        assert_eq!(host.tmpfs.unwrap()["/tmp"], "");
+        assert_eq!(host.restart_policy.unwrap().maximum_retry_count, Some(1));
+        // The wire form the engine expects for anonymous volumes and exposed ports.
+        let json = serde_json::to_value(&body).unwrap();
+        assert_eq!(json["Volumes"], serde_json::json!({"/var": {}}));
+        assert_eq!(json["ExposedPorts"], serde_json::json!({"6443/tcp": {}}));
+        assert!(json.get("Entrypoint").is_none());
+
+        let privileged = create_body(&spec(NodePrivilege::Privileged))
+            .host_config
+            .unwrap();
+        assert_eq!(privileged.privileged, Some(true));
+        assert_eq!(privileged.cap_add, None);
+    }
+
+    #[test]
+    fn network_choice_prefers_network_mode() {
+        let ep = |ip: &str| EndpointSettings {
+            ip_address: Some(ip.into()),
+            ..Default::default()
+        };
+        let nets = HashMap::from([
+            ("a".to_string(), ep("10.0.0.1")),
+            ("kind".to_string(), ep("172.18.0.2")),
+        ]);
+        assert_eq!(
+            pick_network(Some(&nets), Some("kind"))
+                .unwrap()
+                .ip_address
+                .as_deref(),
+            Some("172.18.0.2")
+        );
+        assert_eq!(
+            pick_network(Some(&nets), Some("default"))
+                .unwrap()
+                .ip_address
+                .as_deref(),
+            Some("10.0.0.1")
+        );
+        assert!(pick_network(None, None).is_none());
+    }
+}

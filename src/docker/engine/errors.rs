@@ -1,0 +1,63 @@
+//! Engine errors classified (see the module docs of [`super`]).
+use bollard::errors::Error as BollardError;
+
+use crate::docker::RuntimeError;
+
+/// The error and its sources, joined (hyper hides the useful part in the source chain).
+pub(super) fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Map a bollard error onto our classes; `what` names the operation.
+pub(super) fn classify(what: &str, err: BollardError) -> RuntimeError {
+    match err {
+        BollardError::DockerResponseServerError {
+            status_code,
+            message,
+        } => {
+            let text = format!("{what}: {message}");
+            match status_code {
+                404 => RuntimeError::NotFound(text),
+                409 => RuntimeError::Conflict(text),
+                400..=499 => RuntimeError::Rejected(text),
+                _ => RuntimeError::Unavailable(text),
+            }
+        }
+        other => RuntimeError::Unavailable(format!("{what}: {}", chain(&other))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        let e = |status_code| BollardError::DockerResponseServerError {
+            status_code,
+            message: "engine says".into(),
+        };
+        assert!(
+            matches!(classify("op", e(404)), RuntimeError::NotFound(m) if m == "op: engine says")
+        );
+        assert!(matches!(classify("op", e(409)), RuntimeError::Conflict(_)));
+        assert!(matches!(classify("op", e(400)), RuntimeError::Rejected(_)));
+        assert!(
+            matches!(classify("op", e(500)), RuntimeError::Unavailable(m) if m.contains("engine says"))
+        );
+        assert!(matches!(
+            classify("op", BollardError::RequestTimeoutError),
+            RuntimeError::Unavailable(_)
+        ));
+    }
+}

@@ -1,0 +1,132 @@
+//! Running commands in containers: create an exec, feed stdin, collect output, wait for the exit
+//! code (the engine may close the output before it records the exit).
+use super::*;
+
+impl BollardRuntime {
+    pub(super) async fn run_exec(
+        &self,
+        name: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+    ) -> RuntimeResult<ExecOutput> {
+        // Only the program name: arguments may carry bootstrap secrets, and this text ends up
+        // in errors, logs and conditions.
+        let program = argv.first().map(String::as_str).unwrap_or("");
+        let what = || format!("exec {program} in {name}");
+        let config = ExecConfig {
+            attach_stdin: Some(stdin.is_some()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            cmd: Some(argv.to_vec()),
+            ..Default::default()
+        };
+        self.count(Op::ExecCreate);
+        let id = self
+            .docker
+            .create_exec(name, config)
+            .await
+            .map_err(|e| classify(&what(), e))?
+            .id;
+
+        self.count(Op::ExecStart);
+        let started = self
+            .docker
+            .start_exec(&id, None)
+            .await
+            .map_err(|e| classify(&what(), e))?;
+        let (mut output, mut input) = match started {
+            StartExecResults::Attached { output, input } => (output, input),
+            StartExecResults::Detached => {
+                return Err(RuntimeError::Unavailable(format!(
+                    "{}: the engine did not attach the exec",
+                    what()
+                )));
+            }
+        };
+
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        // Feed stdin while draining the output, so neither side can block the other.
+        let writer = async {
+            if let Some(data) = stdin {
+                input.write_all(data).await?;
+                input.flush().await?;
+                input.shutdown().await?;
+            }
+            Ok::<(), std::io::Error>(())
+        };
+        let reader = async {
+            while let Some(chunk) = output.next().await {
+                match chunk? {
+                    LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                        stdout.extend_from_slice(&message)
+                    }
+                    LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+                    LogOutput::StdIn { .. } => {}
+                }
+            }
+            Ok::<(), BollardError>(())
+        };
+        // When the output ends the process is gone. A write still pending then would block until
+        // the engine drops the connection (about two minutes), so it is abandoned instead.
+        let (written, read) = {
+            let mut writer = std::pin::pin!(writer);
+            let mut reader = std::pin::pin!(reader);
+            let mut written = None;
+            let read = loop {
+                tokio::select! {
+                    w = &mut writer, if written.is_none() => written = Some(w),
+                    r = &mut reader => break r,
+                }
+            };
+            let written = written.unwrap_or_else(|| {
+                Err(std::io::Error::other(format!(
+                    "the command ended before reading all of its {}-byte input",
+                    stdin.map_or(0, <[u8]>::len)
+                )))
+            });
+            (written, read)
+        };
+        drop(input);
+        read.map_err(|e| classify(&format!("{}: reading output", what()), e))?;
+
+        let exit_code = self.wait_exec(&id, &what()).await?;
+        if let Err(e) = written {
+            // A process that exits early closes its stdin; its exit code then tells the story.
+            // With a zero exit code, though, it may have consumed a truncated input.
+            if exit_code == 0 {
+                return Err(RuntimeError::Unavailable(format!(
+                    "{}: writing stdin: {e}",
+                    what()
+                )));
+            }
+        }
+        Ok(ExecOutput {
+            exit_code,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// The output stream has ended; the engine may take a moment to record the exit code.
+    async fn wait_exec(&self, id: &str, what: &str) -> RuntimeResult<i64> {
+        let mut delay = Duration::from_millis(5);
+        for _ in 0..100 {
+            self.count(Op::ExecInspect);
+            let state = self
+                .docker
+                .inspect_exec(id)
+                .await
+                .map_err(|e| classify(what, e))?;
+            if state.running != Some(true) {
+                return Ok(state.exit_code.unwrap_or(-1));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(250));
+        }
+        Err(RuntimeError::Unavailable(format!(
+            "{what}: still running after its output closed"
+        )))
+    }
+}
