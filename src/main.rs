@@ -10,7 +10,15 @@ async fn main() -> ExitCode {
     match capd::manager::run(flags).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %e, "manager failed");
+            // The whole chain: the outermost message alone hides the cause.
+            let mut chain = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                chain.push_str(": ");
+                chain.push_str(&s.to_string());
+                source = s.source();
+            }
+            tracing::error!(error = %chain, "manager failed");
             ExitCode::FAILURE
         }
     }

@@ -28,15 +28,25 @@ use crate::{
     telemetry::Metrics,
 };
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Start-up and run errors of the manager; each ends the process with a message.
 #[derive(Debug, thiserror::Error)]
 pub enum ManagerError {
     #[error("invalid flag: {0}")]
     Flag(String),
-    #[error("kubeconfig: {0}")]
-    Kubeconfig(String),
-    #[error("leader election: {0}")]
-    LeaderElection(String),
+    #[error("kubeconfig {what}")]
+    Kubeconfig {
+        what: String,
+        #[source]
+        source: BoxError,
+    },
+    #[error("leader election: {what}")]
+    LeaderElection {
+        what: String,
+        #[source]
+        source: Option<BoxError>,
+    },
     #[error("health/metrics server on {addr}: {source}")]
     Http {
         addr: String,
@@ -140,18 +150,29 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
 async fn kube_client(flags: &Flags, metrics: &Metrics) -> Result<Client, ManagerError> {
     let config = match &flags.kubeconfig {
         Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .map_err(|e| ManagerError::Kubeconfig(format!("{path}: {e}")))?;
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| ManagerError::Kubeconfig {
+                what: path.clone(),
+                source: Box::new(e),
+            })?;
             Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| ManagerError::Kubeconfig(format!("{path}: {e}")))?
+                .map_err(|e| ManagerError::Kubeconfig {
+                    what: path.clone(),
+                    source: Box::new(e),
+                })?
         }
         None => Config::infer()
             .await
-            .map_err(|e| ManagerError::Kubeconfig(e.to_string()))?,
+            .map_err(|e| ManagerError::Kubeconfig {
+                what: "(in-cluster or default)".into(),
+                source: Box::new(e),
+            })?,
     };
-    let builder = kube::client::ClientBuilder::try_from(config)
-        .map_err(|e| ManagerError::Kubeconfig(e.to_string()))?;
+    let builder =
+        kube::client::ClientBuilder::try_from(config).map_err(|e| ManagerError::Kubeconfig {
+            what: "client".into(),
+            source: Box::new(e),
+        })?;
     Ok(builder.with_layer(&metrics.kube_request_layer()).build())
 }
 
@@ -260,14 +281,20 @@ async fn leader_election(
     .with_grace(5)
     .build()
     .await
-    .map_err(|e| ManagerError::LeaderElection(e.to_string()))?;
+    .map_err(|e| ManagerError::LeaderElection {
+        what: "cannot set up the lease".into(),
+        source: Some(Box::new(e)),
+    })?;
     let (mut channel, task) = manager.watch().await;
     info!(lease = %flags.leader_elect_lease_name, %namespace, %identity, "waiting to become leader");
     while !*channel.borrow_and_update() {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             changed = channel.changed() => if changed.is_err() {
-                return Err(ManagerError::LeaderElection("lease manager stopped".into()));
+                return Err(ManagerError::LeaderElection {
+                    what: "lease manager stopped".into(),
+                    source: None,
+                });
             },
         }
     }
