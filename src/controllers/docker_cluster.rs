@@ -13,8 +13,7 @@ use super::{
     caches,
     context::Context,
     error::{Error, Result},
-    events,
-    load_balancer::{self, LbTarget},
+    events, load_balancer,
     patch::Patcher,
 };
 use crate::{
@@ -22,14 +21,12 @@ use crate::{
         ApiEndpoint, DockerCluster, DockerClusterStatus, Initialization,
         conditions::{self, Desired, reasons, types},
     },
-    capi::{self, Cluster, IpFamily},
-    docker::{ContainerInfo, NetworkSpec, RuntimeError, labels, naming, specs},
+    capi::{self, Cluster},
+    docker::labels,
 };
 
 pub const FINALIZER: &str = "dockercluster.infrastructure.cluster.x-k8s.io";
 const KIND: &str = "DockerCluster";
-/// How long a blocked load balancer waits before looking again (a spec change is seen at once).
-const BLOCKED_RETRY: Duration = Duration::from_secs(60);
 
 pub async fn reconcile(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Action> {
     let ns = dc.namespace().unwrap_or_default();
@@ -54,7 +51,8 @@ async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Ac
     let Some(owner) = capi::capi_owner(&dc.metadata, "Cluster") else {
         if deleting {
             // Never got an owner: remove whatever we created for this very object, then let go.
-            remove_owned_containers(&ctx, &dc).await?;
+            crate::docker::remove_owned_by(ctx.runtime.as_ref(), &dc.uid().unwrap_or_default())
+                .await?;
             patcher.remove_finalizer(&dc, FINALIZER).await?;
             ctx.forget(&super::key(dc.as_ref()), &dc.uid().unwrap_or_default());
         } else {
@@ -111,11 +109,13 @@ async fn reconcile_normal(
     let cluster_name = cluster.name_any();
     status.failure_domains = dc.spec.failure_domains.clone();
 
-    let outcome = ensure_load_balancer(dc, ctx, cluster, &cluster_name, &ns).await;
+    let uid = dc.uid().unwrap_or_default();
+    let outcome =
+        load_balancer::ensure(ctx, dc, &owner(dc, &cluster_name, &ns, &uid), cluster).await;
     let conds = status.conditions.get_or_insert_with(Vec::new);
     let now = Utc::now();
     let (action, result) = match outcome {
-        Ok(LbOutcome::Ready { ip, frontend_port }) => {
+        Ok(load_balancer::Ensured::Ready { ip, frontend_port }) => {
             // The endpoint is set once; CAPI core copies it when provisioned turns true, so it
             // must be in spec before status says so.
             let endpoint = dc.spec.control_plane_endpoint.clone().unwrap_or_default();
@@ -140,7 +140,7 @@ async fn reconcile_normal(
             status.ready = Some(true);
             (Action::requeue(ctx.settings.resync), Ok(()))
         }
-        Ok(LbOutcome::Waiting(message)) => {
+        Ok(load_balancer::Ensured::Waiting(message)) => {
             conditions::set(
                 conds,
                 &Desired::false_(
@@ -185,122 +185,6 @@ async fn reconcile_normal(
     result.map(|_| action)
 }
 
-enum LbOutcome {
-    Ready {
-        ip: String,
-        frontend_port: u16,
-    },
-    /// Transient: e.g. the container has no address yet.
-    Waiting(String),
-}
-
-async fn ensure_load_balancer(
-    dc: &DockerCluster,
-    ctx: &Context,
-    cluster: &Cluster,
-    cluster_name: &str,
-    ns: &str,
-) -> Result<LbOutcome> {
-    let ip_family = cluster.ip_family().map_err(|message| {
-        Error::blocked(
-            types::LOAD_BALANCER_AVAILABLE,
-            reasons::INVALID_SPEC,
-            message,
-            BLOCKED_RETRY,
-        )
-    })?;
-    let target = LbTarget::resolve(ctx, ns, cluster_name, Some(dc), Some(cluster)).await?;
-
-    let rt = &ctx.runtime;
-    let name = naming::load_balancer_name(cluster_name);
-    let uid = dc.uid().unwrap_or_default();
-    let owner = labels::Owner {
-        cluster_name,
-        cluster_namespace: ns,
-        kind: KIND,
-        name: &dc.name_any(),
-        uid: &uid,
-    };
-
-    let container: ContainerInfo = match rt.inspect(&name).await? {
-        Some(existing) => match labels::ownership(&existing.labels, &owner) {
-            labels::Ownership::Foreign(why) => {
-                return Err(Error::blocked(
-                    types::LOAD_BALANCER_AVAILABLE,
-                    reasons::NAME_CONFLICT,
-                    format!(
-                        "container {name} already exists and is not this DockerCluster's: {why}"
-                    ),
-                    BLOCKED_RETRY,
-                ));
-            }
-            // Ours, or ours before a re-create/move of the DockerCluster: adopt it.
-            _ => existing,
-        },
-        None => {
-            let lb = dc.spec.load_balancer.as_ref();
-            let image = specs::lb_image(
-                lb.and_then(|l| l.image_repository.as_deref()),
-                lb.and_then(|l| l.image_tag.as_deref()),
-                &ctx.settings.lb_image,
-            );
-            rt.ensure_image(&image).await?;
-            rt.ensure_network(&NetworkSpec {
-                name: ctx.settings.network.clone(),
-                labels: ctx.settings.extra_labels.clone(),
-            })
-            .await?;
-            let labels = labels::container_labels(
-                &owner,
-                labels::ROLE_LOAD_BALANCER,
-                &ctx.settings.extra_labels,
-            );
-            let spec = specs::lb_container_spec(&specs::LbParams {
-                cluster_name,
-                image: &image,
-                network: &ctx.settings.network,
-                labels,
-                ipv6_only: ip_family == IpFamily::V6,
-            });
-            info!(container = %name, "creating load balancer container");
-            match rt.create_and_start(&spec).await {
-                Ok(c) => c,
-                // Lost a race with ourselves (another worker or a restart): look again next pass.
-                Err(RuntimeError::Conflict(_)) => {
-                    return Ok(LbOutcome::Waiting(format!(
-                        "container {name} is being created"
-                    )));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    };
-
-    let container = if container.is_running() {
-        container
-    } else {
-        info!(container = %name, state = ?container.state, "load balancer is not running; starting it");
-        rt.start(&name).await?;
-        rt.inspect(&name).await?.unwrap_or(container)
-    };
-    let ip = if ip_family == IpFamily::V6 {
-        container.ipv6.clone()
-    } else {
-        container.ipv4.clone()
-    };
-    let Some(ip) = ip.filter(|i| !i.is_empty()) else {
-        return Ok(LbOutcome::Waiting(format!(
-            "container {name} has no IP address yet"
-        )));
-    };
-
-    load_balancer::sync_backends(ctx, &target, None).await?;
-    Ok(LbOutcome::Ready {
-        ip,
-        frontend_port: target.frontend_port,
-    })
-}
-
 async fn reconcile_delete(
     patcher: &mut Patcher<DockerCluster>,
     dc: &DockerCluster,
@@ -331,40 +215,26 @@ async fn reconcile_delete(
         .await?;
 
     let ns = dc.namespace().unwrap_or_default();
-    let name = naming::load_balancer_name(cluster_name);
-    let (dc_name, uid) = (dc.name_any(), dc.uid().unwrap_or_default());
-    let owner = labels::Owner {
-        cluster_name,
-        cluster_namespace: &ns,
-        kind: KIND,
-        name: &dc_name,
-        uid: &uid,
-    };
-    let ours = |c: &ContainerInfo| labels::usable_by(&c.labels, &owner);
-    if let Some(existing) = ctx.runtime.inspect(&name).await? {
-        if ours(&existing) {
-            info!(container = %name, "removing load balancer container");
-            ctx.runtime.remove(&name).await?;
-        } else {
-            warn!(container = %name, "not removing a container with our name that belongs to someone else");
-        }
-    }
-    // The finalizer goes only once the container is really gone.
-    if ctx.runtime.inspect(&name).await?.is_some_and(|c| ours(&c)) {
-        return Err(Error::ContainerStillExists(name));
-    }
+    let uid = dc.uid().unwrap_or_default();
+    load_balancer::delete(ctx, &owner(dc, cluster_name, &ns, &uid)).await?;
     ctx.workload.forget(&ns, cluster_name);
     patcher.remove_finalizer(dc, FINALIZER).await?;
     ctx.forget(&super::key(dc), &uid);
     Ok(Action::await_change())
 }
 
-/// Remove every container labelled with this object's UID (used when it never had an owner).
-async fn remove_owned_containers(ctx: &Context, dc: &DockerCluster) -> Result<()> {
-    let uid = dc.uid().unwrap_or_default();
-    let selector = std::collections::BTreeMap::from([(labels::OWNER_UID.to_string(), uid)]);
-    for c in ctx.runtime.list(&selector).await? {
-        ctx.runtime.remove(&c.name).await?;
+/// The LB container's owner: this DockerCluster.
+fn owner<'a>(
+    dc: &'a DockerCluster,
+    cluster_name: &'a str,
+    ns: &'a str,
+    uid: &'a str,
+) -> labels::Owner<'a> {
+    labels::Owner {
+        cluster_name,
+        cluster_namespace: ns,
+        kind: KIND,
+        name: dc.metadata.name.as_deref().unwrap_or_default(),
+        uid,
     }
-    Ok(())
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
 
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::{
     context::Context,
@@ -19,8 +19,9 @@ use crate::{
     },
     capi::{Cluster, IpFamily},
     docker::{
+        ContainerInfo, NetworkSpec, RuntimeError,
         haproxy::{self, Backend, HaproxyConfig},
-        labels, naming,
+        labels, naming, specs,
     },
 };
 
@@ -118,6 +119,139 @@ pub async fn custom_config(ctx: &Context, dc: &DockerCluster) -> Result<Option<S
         );
     }
     Ok(Some(value))
+}
+
+/// How long a blocked load balancer waits before looking again (a spec change is seen at once).
+const BLOCKED_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What [`ensure`] found.
+pub enum Ensured {
+    Ready {
+        ip: String,
+        frontend_port: u16,
+    },
+    /// Transient: e.g. the container has no address yet.
+    Waiting(String),
+}
+
+/// The cluster's LB container, created (or adopted) and running, with its backends in sync.
+/// A container with its name that is not the DockerCluster's blocks it.
+pub async fn ensure(
+    ctx: &Context,
+    dc: &DockerCluster,
+    owner: &labels::Owner<'_>,
+    cluster: &Cluster,
+) -> Result<Ensured> {
+    let (cluster_name, ns) = (owner.cluster_name, owner.cluster_namespace);
+    let ip_family = cluster.ip_family().map_err(|message| {
+        Error::blocked(
+            types::LOAD_BALANCER_AVAILABLE,
+            reasons::INVALID_SPEC,
+            message,
+            BLOCKED_RETRY,
+        )
+    })?;
+    let target = LbTarget::resolve(ctx, ns, cluster_name, Some(dc), Some(cluster)).await?;
+
+    let rt = &ctx.runtime;
+    let name = naming::load_balancer_name(cluster_name);
+
+    let container: ContainerInfo = match rt.inspect(&name).await? {
+        Some(existing) => match labels::ownership(&existing.labels, owner) {
+            labels::Ownership::Foreign(why) => {
+                return Err(Error::blocked(
+                    types::LOAD_BALANCER_AVAILABLE,
+                    reasons::NAME_CONFLICT,
+                    format!(
+                        "container {name} already exists and is not this DockerCluster's: {why}"
+                    ),
+                    BLOCKED_RETRY,
+                ));
+            }
+            // Ours, or ours before a re-create/move of the DockerCluster: adopt it.
+            _ => existing,
+        },
+        None => {
+            let lb = dc.spec.load_balancer.as_ref();
+            let image = specs::lb_image(
+                lb.and_then(|l| l.image_repository.as_deref()),
+                lb.and_then(|l| l.image_tag.as_deref()),
+                &ctx.settings.lb_image,
+            );
+            rt.ensure_image(&image).await?;
+            rt.ensure_network(&NetworkSpec {
+                name: ctx.settings.network.clone(),
+                labels: ctx.settings.extra_labels.clone(),
+            })
+            .await?;
+            let labels = labels::container_labels(
+                owner,
+                labels::ROLE_LOAD_BALANCER,
+                &ctx.settings.extra_labels,
+            );
+            let spec = specs::lb_container_spec(&specs::LbParams {
+                cluster_name,
+                image: &image,
+                network: &ctx.settings.network,
+                labels,
+                ipv6_only: ip_family == IpFamily::V6,
+            });
+            info!(container = %name, "creating load balancer container");
+            match rt.create_and_start(&spec).await {
+                Ok(c) => c,
+                // Lost a race with ourselves (another worker or a restart): look again next pass.
+                Err(RuntimeError::Conflict(_)) => {
+                    return Ok(Ensured::Waiting(format!(
+                        "container {name} is being created"
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
+
+    let container = if container.is_running() {
+        container
+    } else {
+        info!(container = %name, state = ?container.state, "load balancer is not running; starting it");
+        rt.start(&name).await?;
+        rt.inspect(&name).await?.unwrap_or(container)
+    };
+    let ip = if ip_family == IpFamily::V6 {
+        container.ipv6.clone()
+    } else {
+        container.ipv4.clone()
+    };
+    let Some(ip) = ip.filter(|i| !i.is_empty()) else {
+        return Ok(Ensured::Waiting(format!(
+            "container {name} has no IP address yet"
+        )));
+    };
+
+    sync_backends(ctx, &target, None).await?;
+    Ok(Ensured::Ready {
+        ip,
+        frontend_port: target.frontend_port,
+    })
+}
+
+/// Remove the LB container if it is the owner's (someone else's is left alone); it must be gone
+/// before the finalizer goes.
+pub async fn delete(ctx: &Context, owner: &labels::Owner<'_>) -> Result<()> {
+    let name = naming::load_balancer_name(owner.cluster_name);
+    let ours = |c: &ContainerInfo| labels::usable_by(&c.labels, owner);
+    if let Some(existing) = ctx.runtime.inspect(&name).await? {
+        if ours(&existing) {
+            info!(container = %name, "removing load balancer container");
+            ctx.runtime.remove(&name).await?;
+        } else {
+            warn!(container = %name, "not removing a container with our name that belongs to someone else");
+        }
+    }
+    if ctx.runtime.inspect(&name).await?.is_some_and(|c| ours(&c)) {
+        return Err(Error::ContainerStillExists(name));
+    }
+    Ok(())
 }
 
 /// Pure: the haproxy.cfg for the given running control-plane containers (name -> address),

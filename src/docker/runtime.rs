@@ -183,3 +183,13 @@ pub trait ContainerRuntime: Send + Sync {
     /// [`RuntimeError::Image`].
     async fn save_image(&self, image: &str) -> RuntimeResult<Vec<u8>>;
 }
+
+/// Remove every container labelled with this owner UID (an object deleted before it ever had an
+/// owner: whatever was created for it goes, whatever its name).
+pub async fn remove_owned_by(rt: &dyn ContainerRuntime, uid: &str) -> RuntimeResult<()> {
+    let selector = BTreeMap::from([(super::labels::OWNER_UID.to_string(), uid.to_string())]);
+    for c in rt.list(&selector).await? {
+        rt.remove(&c.name).await?;
+    }
+    Ok(())
+}

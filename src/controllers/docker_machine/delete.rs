@@ -1,7 +1,5 @@
 //! Deleting a DockerMachine: leave the load balancer (control plane), remove the node
 //! container, and only then let the object go.
-use std::collections::BTreeMap;
-
 use chrono::Utc;
 use kube::{ResourceExt, runtime::controller::Action};
 use tracing::info;
@@ -109,10 +107,7 @@ pub(super) async fn orphan(
 ) -> Result<Action> {
     let uid = dm.uid().unwrap_or_default();
     ctx.bootstraps.cancel(&uid);
-    let selector = BTreeMap::from([(labels::OWNER_UID.to_string(), uid)]);
-    for c in ctx.runtime.list(&selector).await? {
-        ctx.runtime.remove(&c.name).await?;
-    }
+    crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
     let_go(dm, ctx, patcher).await
 }
 
