@@ -71,6 +71,22 @@ pub fn render_cluster(
     node_image: Option<&str>,
     worker_secret: Option<&str>,
 ) -> String {
+    render(name, ns, workers, node_image, worker_secret, K8S_VERSION)
+}
+
+/// [`render_cluster`] at another Kubernetes version (its node image from the kind mapping).
+pub fn render_cluster_at(name: &str, ns: &str, workers: u32, version: &str) -> String {
+    render(name, ns, workers, None, None, version)
+}
+
+fn render(
+    name: &str,
+    ns: &str,
+    workers: u32,
+    node_image: Option<&str>,
+    worker_secret: Option<&str>,
+    version: &str,
+) -> String {
     let template = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/templates/cluster-template.yaml"
@@ -83,7 +99,7 @@ pub fn render_cluster(
         "--from",
         template,
         "--kubernetes-version",
-        &format!("v{K8S_VERSION}"),
+        &format!("v{version}"),
     ])
     .args([
         "--control-plane-machine-count",

@@ -8,6 +8,7 @@
 
 pub mod capi_e2e;
 pub mod docker_proxy;
+pub mod workload;
 
 use std::{
     collections::BTreeMap,
