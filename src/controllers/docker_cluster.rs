@@ -1,7 +1,7 @@
 //! DockerCluster reconciler: an HAProxy load-balancer container per cluster.
 //!
-//! fetch (object, owner Cluster) -> decide (paused, managed-by, deleting) -> act (Docker) ->
-//! status (one merge patch, only when it changed).
+//! fetch (the owner Cluster, from the cache) -> decide ([`decide`], pure) -> act (the load
+//! balancer) -> status (one guarded merge patch, only when it changed).
 use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
@@ -35,66 +35,106 @@ pub async fn reconcile(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Acti
     reconcile_inner(dc, ctx).instrument(span).await
 }
 
-async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Action> {
-    let ns = dc.namespace().unwrap_or_default();
-    let api: Api<DockerCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut patcher = Patcher::new(api, &dc);
+/// What a DockerCluster reconcile does, decided from the object and its owner Cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// Externally managed (`cluster.x-k8s.io/managed-by`): not ours to touch.
+    LeaveAlone,
+    /// No owner Cluster yet: CAPI sets it.
+    AwaitOwner,
+    /// Deleted before it ever had an owner: remove what carries its UID, then let go.
+    DeleteOrphan,
+    /// The owner Cluster does not exist (transient: it may appear).
+    Missing(String),
+    Paused(Vec<String>),
+    Delete {
+        cluster_name: String,
+    },
+    Normal(Arc<Cluster>),
+}
 
+/// Pure: the plan for `dc` whose owner Cluster (from the cache) is `cluster`.
+pub fn decide(dc: &DockerCluster, cluster: Option<Arc<Cluster>>) -> Plan {
     let deleting = dc.metadata.deletion_timestamp.is_some();
-    // Externally managed objects are left alone, except that a finalizer we added before the
-    // annotation appeared is still honoured (or deletion would hang and containers leak).
+    // A finalizer we added before the managed-by annotation appeared is still honoured (or
+    // deletion would hang and containers leak).
     let ours_to_delete = deleting && dc.finalizers().iter().any(|f| f == FINALIZER);
     if capi::is_externally_managed(&dc.metadata) && !ours_to_delete {
-        return Ok(Action::await_change());
+        return Plan::LeaveAlone;
     }
-
     let Some(owner) = capi::capi_owner(&dc.metadata, "Cluster") else {
-        if deleting {
-            // Never got an owner: remove whatever we created for this very object, then let go.
-            crate::docker::remove_owned_by(ctx.runtime.as_ref(), &dc.uid().unwrap_or_default())
-                .await?;
-            patcher.remove_finalizer(&dc, FINALIZER).await?;
-            ctx.forget(&super::key(dc.as_ref()), &dc.uid().unwrap_or_default());
+        return if deleting {
+            Plan::DeleteOrphan
         } else {
-            info!(dockercluster = %dc.name_any(), "waiting for the Cluster controller to set the owner reference");
-        }
-        return Ok(Action::requeue(ctx.settings.resync));
+            Plan::AwaitOwner
+        };
     };
-    let cluster = match caches::get(&ctx.caches.clusters, &ctx.client, &ns, &owner.name).await? {
-        Some(c) => Some(c),
-        None if deleting => None,
-        None => {
-            return Err(Error::Missing(format!(
-                "owner Cluster {ns}/{} not found",
-                owner.name
-            )));
-        }
-    };
-    let cluster_name = cluster
-        .as_ref()
-        .map_or(owner.name.clone(), |c| c.name_any());
-
-    let mut status = dc.status.clone().unwrap_or_default();
-    let generation = dc.metadata.generation;
-    let now = Utc::now();
-    let conds = status.conditions.get_or_insert_with(Vec::new);
-
+    if cluster.is_none() && !deleting {
+        let ns = dc.namespace().unwrap_or_default();
+        return Plan::Missing(format!("owner Cluster {ns}/{} not found", owner.name));
+    }
     let paused = capi::paused_reasons(cluster.as_deref(), &dc.metadata, KIND);
     if !paused.is_empty() {
-        conditions::set(conds, &conditions::paused(&paused), generation, now);
-        patcher
-            .status(dc.status.as_ref(), &status, &ctx.status_versions)
-            .await?;
-        return Ok(Action::requeue(ctx.settings.resync));
+        return Plan::Paused(paused);
     }
-    conditions::set(conds, &conditions::paused(&[]), generation, now);
+    match cluster {
+        Some(c) if !deleting => Plan::Normal(c),
+        c => Plan::Delete {
+            cluster_name: c.map_or(owner.name.clone(), |c| c.name_any()),
+        },
+    }
+}
 
-    if deleting {
-        return reconcile_delete(&mut patcher, &dc, &ctx, &cluster_name, status).await;
+async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = dc.namespace().unwrap_or_default();
+    let cluster = match capi::capi_owner(&dc.metadata, "Cluster") {
+        Some(owner) => caches::get(&ctx.caches.clusters, &ctx.client, &ns, &owner.name).await?,
+        None => None,
+    };
+    let plan = decide(&dc, cluster);
+
+    let api: Api<DockerCluster> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut patcher = Patcher::new(api, &dc);
+    let mut status = dc.status.clone().unwrap_or_default();
+    let set_paused = |status: &mut DockerClusterStatus, why: &[String]| {
+        conditions::set(
+            status.conditions.get_or_insert_with(Vec::new),
+            &conditions::paused(why),
+            dc.metadata.generation,
+            Utc::now(),
+        );
+    };
+    match plan {
+        Plan::LeaveAlone => Ok(Action::await_change()),
+        Plan::AwaitOwner => {
+            info!("waiting for the Cluster controller to set the owner reference");
+            Ok(Action::requeue(ctx.settings.resync))
+        }
+        Plan::DeleteOrphan => {
+            let uid = dc.uid().unwrap_or_default();
+            crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
+            patcher.remove_finalizer(&dc, FINALIZER).await?;
+            ctx.forget(&super::key(dc.as_ref()), &uid);
+            Ok(Action::await_change())
+        }
+        Plan::Missing(message) => Err(Error::Missing(message)),
+        Plan::Paused(why) => {
+            set_paused(&mut status, &why);
+            patcher
+                .status(dc.status.as_ref(), &status, &ctx.status_versions)
+                .await?;
+            Ok(Action::requeue(ctx.settings.resync))
+        }
+        Plan::Delete { cluster_name } => {
+            set_paused(&mut status, &[]);
+            reconcile_delete(&mut patcher, &dc, &ctx, &cluster_name, status).await
+        }
+        Plan::Normal(cluster) => {
+            set_paused(&mut status, &[]);
+            patcher.add_finalizer(&dc, FINALIZER).await?;
+            reconcile_normal(&mut patcher, &dc, &ctx, &cluster, status).await
+        }
     }
-    let cluster = cluster.ok_or_else(|| Error::Missing("owner Cluster vanished".into()))?;
-    patcher.add_finalizer(&dc, FINALIZER).await?;
-    reconcile_normal(&mut patcher, &dc, &ctx, &cluster, status).await
 }
 
 async fn reconcile_normal(
@@ -236,5 +276,67 @@ fn owner<'a>(
         kind: KIND,
         name: dc.metadata.name.as_deref().unwrap_or_default(),
         uid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    use super::*;
+    use crate::capi::ClusterSpec;
+
+    fn dc(owned: bool, deleting: bool) -> DockerCluster {
+        let mut dc = DockerCluster::new("c", Default::default());
+        dc.metadata.namespace = Some("ns".into());
+        if owned {
+            dc.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+                kind: "Cluster".into(),
+                name: "c".into(),
+                uid: "cu".into(),
+                ..Default::default()
+            }]);
+        }
+        if deleting {
+            dc.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        }
+        dc
+    }
+
+    fn cluster(paused: bool) -> Option<Arc<Cluster>> {
+        let mut c = Cluster::new("c", ClusterSpec::default());
+        c.spec.paused = Some(paused);
+        Some(Arc::new(c))
+    }
+
+    #[test]
+    fn the_contract_in_order() {
+        assert_eq!(decide(&dc(false, false), None), Plan::AwaitOwner);
+        assert_eq!(decide(&dc(false, true), None), Plan::DeleteOrphan);
+        assert!(matches!(decide(&dc(true, false), None), Plan::Missing(m) if m.contains("ns/c")));
+        assert!(matches!(
+            decide(&dc(true, false), cluster(true)),
+            Plan::Paused(_)
+        ));
+        assert!(matches!(
+            decide(&dc(true, true), cluster(true)),
+            Plan::Paused(_)
+        ));
+        assert_eq!(
+            decide(&dc(true, true), None),
+            Plan::Delete {
+                cluster_name: "c".into()
+            },
+            "a Cluster already gone does not block deletion"
+        );
+        assert!(matches!(
+            decide(&dc(true, false), cluster(false)),
+            Plan::Normal(_)
+        ));
+        let mut managed = dc(true, false);
+        managed.metadata.annotations =
+            Some([(capi::MANAGED_BY_ANNOTATION.to_string(), String::new())].into());
+        assert_eq!(decide(&managed, cluster(false)), Plan::LeaveAlone);
     }
 }
