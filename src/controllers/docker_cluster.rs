@@ -195,7 +195,7 @@ async fn reconcile_normal(
         }
         Err(e) => {
             if e.fixed_retry().is_some() {
-                warn!(dockercluster = %dc.name_any(), error = %e, "load balancer blocked");
+                warn!(error = %e, "load balancer blocked");
             }
             let reason = e.reason().unwrap_or(reasons::NOT_AVAILABLE);
             conditions::set(

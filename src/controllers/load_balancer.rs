@@ -342,12 +342,12 @@ pub async fn sync_backends(
         .exec(&lb_name, &argv(&["cat", haproxy::CONFIG_PATH]), None)
         .await?;
     if current.success() && current.stdout == config.as_bytes() {
-        debug!(lb = %lb_name, "haproxy.cfg unchanged");
+        debug!(container = %lb_name, "haproxy.cfg unchanged");
         return Ok(SyncOutcome::Unchanged);
     }
     write_config(ctx, &lb_name, &config).await?;
     rt.kill(&lb_name, "SIGHUP").await?;
-    info!(lb = %lb_name, backends, "haproxy.cfg updated and reloaded");
+    info!(container = %lb_name, backends, "haproxy.cfg updated and reloaded");
     Ok(SyncOutcome::Reloaded { backends })
 }
 

@@ -304,8 +304,15 @@ fn error_policy<K: Resource>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> A
 where
     K::DynamicType: Default,
 {
-    let key = key(obj.as_ref());
-    let delay = ctx.backoff.next_delay(&key);
-    warn!(object = %key, %error, retry_in = ?delay, "reconcile failed");
+    let delay = ctx.backoff.next_delay(&key(obj.as_ref()));
+    // The reconcile's span has ended here: the same fields, named as the span names them.
+    warn!(
+        kind = %K::kind(&Default::default()),
+        namespace = %obj.namespace().unwrap_or_default(),
+        name = %obj.name_any(),
+        %error,
+        retry_in = ?delay,
+        "reconcile failed"
+    );
     Action::requeue(delay)
 }

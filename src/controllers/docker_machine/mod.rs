@@ -180,7 +180,10 @@ async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> 
     .await;
     match outcome {
         Err(e) => match e.fixed_retry() {
-            Some(retry) => Ok(Action::requeue(retry)),
+            Some(retry) => {
+                info!(error = %e, retry_in = ?retry, "blocked until something changes");
+                Ok(Action::requeue(retry))
+            }
             None => Err(e),
         },
         ok => ok,
