@@ -121,22 +121,21 @@ pub async fn run<S, C, M>(
     let client = ctx.client.clone();
     let wc = scope.watcher();
 
-    // The DockerCluster controller's own watch fills the DockerCluster cache; the machine
-    // controller's Cluster and Machine watches fill theirs.
-    let dc_stream = primary(
+    // One Cluster watch and one DockerCluster watch fill their caches and then trigger both
+    // controllers (see `shared_watch`); the machine controller's Machine watch fills the Machine
+    // cache it alone reads.
+    let [cluster_events_for_dc, cluster_events_for_dm] =
+        shared_watch(scope.api::<Cluster>(&client), &wc, writers.clusters);
+    let [dc_events_for_dc, dc_events_for_dm] = shared_watch(
         scope.api::<DockerCluster>(&client),
         &wc,
         writers.docker_clusters,
-        predicates::own_docker_cluster,
     );
+    let dc_stream =
+        dc_events_for_dc.predicate_filter(predicates::own_docker_cluster, Default::default());
     let clusters = Controller::for_stream(dc_stream, ctx.caches.docker_clusters.clone())
         .watches_stream(
-            filtered(
-                scope.api::<Cluster>(&client),
-                &wc,
-                None,
-                predicates::cluster,
-            ),
+            cluster_events_for_dc.predicate_filter(predicates::cluster, Default::default()),
             mappers::cluster_to_docker_cluster,
         )
         .reconcile_on(triggers.clusters)
@@ -162,27 +161,17 @@ pub async fn run<S, C, M>(
             filtered(
                 scope.api::<Machine>(&client),
                 &wc,
-                Some(writers.machines),
+                writers.machines,
                 predicates::machine,
             ),
             mappers::machine_to_docker_machine,
         )
         .watches_stream(
-            filtered(
-                scope.api::<Cluster>(&client),
-                &wc,
-                Some(writers.clusters),
-                predicates::cluster,
-            ),
+            cluster_events_for_dm.predicate_filter(predicates::cluster, Default::default()),
             move |c| mappers::cluster_to_docker_machines(&by_cluster, &c),
         )
         .watches_stream(
-            filtered(
-                scope.api::<DockerCluster>(&client),
-                &wc,
-                None,
-                predicates::docker_cluster,
-            ),
+            dc_events_for_dm.predicate_filter(predicates::docker_cluster, Default::default()),
             move |dc| mappers::docker_cluster_to_docker_machines(&by_docker_cluster, &dc),
         )
         .reconcile_on(triggers.machines)
@@ -217,24 +206,67 @@ where
         .predicate_filter(predicate, Default::default())
 }
 
-/// Related objects are watched through a predicate: only changes of fields we read trigger.
-/// With a `cache`, every event also updates it first (reconciles read owners from there).
+/// One watch of `K` whose objects first update `cache`, then reach each of the `N` returned
+/// streams. A reconcile triggered by a change therefore always finds at least that version in
+/// the cache; with one watch feeding the cache and another triggering, the trigger can win the
+/// race and the reconcile acts on the old object (seen: a paused Cluster not pausing its
+/// DockerCluster until the next resync).
+fn shared_watch<K, const N: usize>(
+    api: Api<K>,
+    wc: &WatcherConfig,
+    cache: reflector::store::Writer<K>,
+) -> [impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static; N]
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let mut senders = Vec::with_capacity(N);
+    let streams = std::array::from_fn::<_, N, _>(|_| futures::channel::mpsc::unbounded::<K>()).map(
+        |(tx, rx)| {
+            senders.push(tx);
+            rx.map(Ok::<K, watcher::Error>)
+        },
+    );
+    let source = watcher::watcher(api, wc.clone())
+        .default_backoff()
+        .reflect(cache)
+        .touched_objects();
+    tokio::spawn(async move {
+        futures::pin_mut!(source);
+        while let Some(item) = source.next().await {
+            match item {
+                Ok(obj) => {
+                    let delivered = senders
+                        .iter()
+                        .filter(|tx| tx.unbounded_send(obj.clone()).is_ok())
+                        .count();
+                    if delivered == 0 {
+                        return; // every controller has stopped
+                    }
+                }
+                // The watcher retries with backoff by itself.
+                Err(e) => warn!(error = %e, "watch failed; retrying"),
+            }
+        }
+    });
+    streams
+}
+
+/// A related kind watched for triggers through a predicate (only changes of fields we read
+/// trigger); every event updates `cache` first (reconciles read the objects from there).
 fn filtered<K>(
     api: Api<K>,
     wc: &WatcherConfig,
-    cache: Option<reflector::store::Writer<K>>,
+    cache: reflector::store::Writer<K>,
     predicate: fn(&K) -> Option<u64>,
 ) -> impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    let events = watcher::watcher(api, wc.clone()).default_backoff();
-    let events = match cache {
-        Some(writer) => events.reflect(writer).left_stream(),
-        None => events.right_stream(),
-    };
-    events
+    watcher::watcher(api, wc.clone())
+        .default_backoff()
+        .reflect(cache)
         .touched_objects()
         .predicate_filter(predicate, Default::default())
 }
