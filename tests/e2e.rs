@@ -33,15 +33,7 @@ async fn worker_containers(name: &str, ns: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_capi_drives_a_cluster_from_the_default_template() {
-    let mut env = TestEnv::new("e2e").await;
-    let r = TestEnvRef {
-        id: env.id.clone(),
-        client: env.client.clone(),
-        network: env.network.clone(),
-        health_port: 0,
-    };
-    let ns = r.namespace("ns").await;
-    env.start_manager_in_namespace(&ns);
+    let (env, ns) = TestEnv::with_namespaced_manager("e2e").await;
     env.run(|env| async move {
         let docker = docker().await;
         let name = format!("{}-c", env.id);

@@ -120,15 +120,7 @@ async fn lb_backends(cluster: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_template_gives_a_workload_cluster_whose_nodes_go_ready() {
-    let mut env = TestEnv::new("nodes").await;
-    let r = TestEnvRef {
-        id: env.id.clone(),
-        client: env.client.clone(),
-        network: env.network.clone(),
-        health_port: 0,
-    };
-    let ns = r.namespace("ns").await;
-    env.start_manager_in_namespace(&ns);
+    let (env, ns) = TestEnv::with_namespaced_manager("nodes").await;
     env.run(|env| async move {
         let name = format!("{}-w", env.id);
         let volumes_before = dangling_volumes();

@@ -45,15 +45,7 @@ async fn control_plane_then_workers_roll_to_a_new_kubernetes_version() {
         version("UPGRADE_FROM", "1.34.4"),
         version("UPGRADE_TO", K8S_VERSION),
     );
-    let mut env = TestEnv::new("upgr").await;
-    let r = TestEnvRef {
-        id: env.id.clone(),
-        client: env.client.clone(),
-        network: env.network.clone(),
-        health_port: 0,
-    };
-    let ns = r.namespace("ns").await;
-    env.start_manager_in_namespace(&ns);
+    let (env, ns) = TestEnv::with_namespaced_manager("upgr").await;
     env.run(|env| async move {
         let name = format!("{}-u", env.id);
         let t0 = Instant::now();

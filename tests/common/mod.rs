@@ -170,6 +170,21 @@ impl TestEnv {
         self.spawn_manager(&args, docker_host);
     }
 
+    /// A test environment with its own namespace `<id>-ns` and a manager watching only that
+    /// namespace (the end-to-end tests, where the real CAPI shares the plane).
+    pub async fn with_namespaced_manager(prefix: &str) -> (Self, String) {
+        let mut env = Self::new(prefix).await;
+        let r = TestEnvRef {
+            id: env.id.clone(),
+            client: env.client.clone(),
+            network: env.network.clone(),
+            health_port: 0,
+        };
+        let ns = r.namespace("ns").await;
+        env.start_manager_in_namespace(&ns);
+        (env, ns)
+    }
+
     /// Start the manager watching one namespace (objects CAPI creates carry no watch filter).
     pub fn start_manager_in_namespace(&mut self, namespace: &str) {
         self.spawn_manager(&[&format!("--namespace={namespace}")], None);
