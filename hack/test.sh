@@ -28,7 +28,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # Integration tests create CAPI objects by hand, so they run before the CAPI managers start.
 hack/capi.sh down >/dev/null 2>&1 || true
 step "unit tests, CRD tests, Docker adapter tests, controller integration tests"
-cargo test --locked --lib --bins --test crds --test docker_engine --test controllers --test hack_scripts
+# Every test manager records the API verbs it used here; tests/rbac.rs checks them at the end.
+rm -f target/tmp/rbac-usage.txt
+cargo test --locked --lib --bins --test crds --test docker_engine --test controllers --test rbac --test hack_scripts
 cargo test --locked -p capd-runc-shim
 
 step "CAPI core, kubeadm bootstrap and kubeadm control-plane managers"
@@ -36,6 +38,8 @@ hack/capi.sh up
 step "end-to-end tests driven by the real Cluster API (light nodes; real Kubernetes nodes)"
 cargo test --locked --test e2e
 cargo test --locked --test e2e_nodes -- --nocapture
+step "every verb config/rbac grants was used by a test manager"
+cargo test --locked --test rbac -- --ignored every_shipped_verb_is_used
 
 step "packaging checks (components, clusterctl, container image)"
 hack/test-packaging.sh

@@ -102,7 +102,14 @@ async fn cluster_and_machines_lifecycle() {
             .await
             .expect("stats answer");
         assert_eq!(stats.status(), 200);
-        assert!(stats.text().await.unwrap().contains("kube-apiservers"));
+        let page = stats.text().await.unwrap();
+        assert!(page.contains("kube-apiservers"));
+        // Read-only (no admin form to drain or disable an API server), and on loopback only.
+        assert!(!page.contains("Set state to"), "stats admin is on");
+        assert_eq!(
+            docker_cli_output(&["port", &lb, "8404/tcp"]),
+            format!("127.0.0.1:{stats_port}")
+        );
 
         // A control-plane and a worker machine with bootstrap data.
         env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
@@ -334,17 +341,20 @@ async fn failing_and_invalid_bootstrap_data_give_conditions() {
         let name = format!("{}-c", env.id);
         provisioned_cluster(&env, &ns, &name).await;
 
-        let failing = "#cloud-config\nruncmd:\n- echo before\n- echo 'token abcdef.0123456789abcdef' >&2; exit 3\n- touch /never\n";
+        // Its file content and the token are secrets; the marker is harmless output.
+        let failing = "#cloud-config\nwrite_files:\n- path: /etc/capd-test/secret.txt\n  content: file-content-7f3a9\nruncmd:\n- echo before\n- echo 'token abcdef.0123456789abcdef' >&2; printf 'out%s' put-marker-91c; exit 3\n- touch /never\n";
         env.create_secret(&ns, "failing", Some(failing), None).await;
         env.create_secret(&ns, "novalue", None, None).await;
         env.create_secret(&ns, "badformat", Some("x"), Some("cloud-init-v9")).await;
         env.create_secret(&ns, "garbage", Some("#cloud-config\nwrite_files: [unclosed\n"), None).await;
+        env.create_secret_of_type(&ns, "opaque", Some(BOOTSTRAP_OK), None, "Opaque").await;
         let cases = [
-            ("m-fail", Some("failing"), "BootstrapFailed", vec!["step 3/4", "exited with code 3"]),
+            ("m-fail", Some("failing"), "BootstrapFailed", vec!["failed: shell script running echo exited with code 3"]),
             ("m-missing", Some("does-not-exist"), "BootstrapDataNotFound", vec!["not found"]),
             ("m-novalue", Some("novalue"), "BootstrapDataInvalid", vec!["has no key \"value\""]),
             ("m-badformat", Some("badformat"), "BootstrapDataInvalid", vec!["cloud-init-v9"]),
             ("m-garbage", Some("garbage"), "BootstrapDataInvalid", vec!["YAML"]),
+            ("m-opaque", Some("opaque"), "BootstrapDataInvalid", vec!["type \"Opaque\"", "cluster.x-k8s.io/secret"]),
         ];
         for (m, secret, _, _) in &cases {
             env.create_machine(&ns, &name, m, false, *secret, node_spec()).await;
@@ -362,9 +372,24 @@ async fn failing_and_invalid_bootstrap_data_give_conditions() {
                 assert!(c.message.contains(f), "{m}: {:?} should contain {f:?}", c.message);
             }
             assert!(!c.message.contains("0123456789abcdef"), "secrets are redacted: {}", c.message);
+            assert!(!c.message.contains("output-marker-91c"), "output stays out of status: {}", c.message);
             assert!(dm.spec.provider_id.is_none(), "{m} must not be provisioned");
             assert!(!dm.cond_true("Ready"));
         }
+        // A host path the manager never mounts (the Docker socket's directory): refused with a
+        // reason before any container exists.
+        let mount = json!({"customImage": NODE_IMAGE, "extraMounts": [{"hostPath": "/var/run/", "containerPath": "/host-run"}]});
+        env.create_machine(&ns, &name, "m-mount", false, Some("failing"), mount).await;
+        let dm = eventually(LONG, "m-mount refused", || async {
+            env.docker_machine(&ns, "m-mount").await.filter(|dm| dm.has_reason("ContainerProvisioned", "InvalidSpec"))
+        })
+        .await;
+        let message = &dm.cond("ContainerProvisioned").unwrap().message;
+        assert!(message.contains("spec.extraMounts[0].hostPath \"/var/run/\" is not allowed"), "{message}");
+        assert!(message.contains("socket"), "{message}");
+        assert!(inspect(&docker, &format!("{name}-m-mount")).await.is_none());
+        env.delete(Api::<DockerMachine>::namespaced(env.client.clone(), &ns), "m-mount").await;
+
         // The failing command stopped the run: the step after it never ran.
         let container = format!("{name}-m-fail");
         assert_eq!(exec(&docker, &container, "test -e /never; echo $?").await.1, "1");
@@ -373,8 +398,13 @@ async fn failing_and_invalid_bootstrap_data_give_conditions() {
         tokio::time::sleep(Duration::from_secs(4)).await;
         let after = env.reconciles().await;
         assert!(after - before < 40, "reconciles in 4s while failed: {}", after - before);
-        assert!(!env.manager_log().contains("0123456789abcdef"), "the bootstrap payload never appears in logs");
-        assert!(!env.manager_log().contains("ran by runcmd"), "bootstrap content never appears in logs");
+        // The failed step's output reached the log, redacted; no Secret's content did.
+        let log = env.manager_log();
+        assert!(log.contains("output-marker-91c"), "the output tail is logged");
+        assert!(log.contains("token [redacted]"), "the tail is redacted in the log");
+        for secret in ["0123456789abcdef", "file-content-7f3a9"] {
+            assert!(!log.contains(secret), "{secret:?} from a bootstrap Secret reached the log");
+        }
 
         // Deleting the failed machines leaves nothing behind.
         for (m, ..) in &cases {
@@ -953,6 +983,99 @@ async fn contract_edge_cases() {
         .await;
         assert_eq!(inspect(&docker, &format!("{name}-lb")).await.unwrap().id, lb_id, "LB not recreated");
         assert_eq!(inspect(&docker, &m).await.unwrap().id, node_id, "node not recreated");
+
+        // A customHAProxyConfigTemplateRef is read by name: missing, or a Go template (which
+        // capd-rs does not evaluate), it blocks the load balancer with a reason.
+        let custom = format!("{}-custom", env.id);
+        let custom_cluster = env.create_cluster(&ns, &custom, false).await;
+        let lb_ref = json!({"spec": {"loadBalancer": {"customHAProxyConfigTemplateRef": {"name": "lbcfg"}}}});
+        env.create_docker_cluster(&ns, &custom_cluster, lb_ref).await;
+        let blocked = |fragment: &'static str| {
+            let (env, ns, custom) = (&env, &ns, &custom);
+            async move {
+                eventually(LONG, fragment, || async {
+                    env.docker_cluster(ns, custom).await.filter(|dc| {
+                        dc.cond("LoadBalancerAvailable")
+                            .is_some_and(|c| c.reason == "InvalidSpec" && c.message.contains(fragment))
+                    })
+                })
+                .await
+            }
+        };
+        blocked("ConfigMap").await;
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lbcfg"}, "data": {"value": "frontend x\n  bind *:{{ .FrontendControlPlanePort }}\n"}});
+        cms.create(&Default::default(), &serde_json::from_value(cm).unwrap()).await.unwrap();
+        // ConfigMaps are not watched (a blocked cluster looks again within a minute); a change
+        // to the DockerCluster is seen at once.
+        let touch = json!({"metadata": {"annotations": {"capd-rs.test/touch": "cm"}}});
+        dcs.patch(&custom, &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
+        blocked("Go template").await;
+        assert!(inspect(&docker, &format!("{custom}-lb")).await.is_none(), "no LB from a config we cannot render");
     })
     .await;
+}
+
+/// Leader election with two managers: the standby reconciles nothing while the leader lives,
+/// and takes over within the Lease's duration (15 s) plus its retry once the leader is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_manager_takes_over_when_the_leader_dies() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let mut env = TestEnv::new("leader").await;
+    let lease_name = format!("capd-rs-test-{}", env.id);
+    let lease_flag = format!("--leader-elect-lease-name={lease_name}");
+    let args = ["--leader-elect", lease_flag.as_str()];
+    env.start_manager(&args, None);
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), common::rbac::NAMESPACE);
+    async fn holder(leases: &Api<Lease>, name: &str) -> Option<String> {
+        let lease = leases.get_opt(name).await.ok().flatten()?;
+        lease.spec?.holder_identity
+    }
+    let leader = env.id.clone();
+    eventually(LONG, "the first manager holds the Lease", || async {
+        (holder(&leases, &lease_name).await.as_deref() == Some(leader.as_str())).then_some(())
+    })
+    .await;
+    let mut standby = env.spawn_another_manager("-b", &args);
+    let standby_id = format!("{}-b", env.id);
+
+    let r = TestEnvRef {
+        id: env.id.clone(),
+        client: env.client.clone(),
+        network: env.network.clone(),
+        health_port: 0,
+    };
+    let ns = r.namespace("a").await;
+    let first = format!("{}-one", env.id);
+    provisioned_cluster(&r, &ns, &first).await;
+    assert!(
+        !standby.logs().contains("became leader"),
+        "the standby must wait while the leader lives"
+    );
+
+    // SIGKILL: no graceful release of the Lease; the standby must wait for it to expire.
+    let leader_manager = env.manager.as_mut().unwrap();
+    leader_manager.record_rbac_usage().await;
+    leader_manager.kill();
+    let killed = std::time::Instant::now();
+    let standby_for_wait = standby_id.clone();
+    eventually(LONG, "the standby holds the Lease", || async {
+        (holder(&leases, &lease_name).await.as_deref() == Some(standby_for_wait.as_str()))
+            .then_some(())
+    })
+    .await;
+    let takeover = killed.elapsed();
+    let second = format!("{}-two", env.id);
+    provisioned_cluster(&r, &ns, &second).await;
+    let acting = killed.elapsed();
+    println!(
+        "Lease taken over {takeover:?} after the leader was killed; new cluster provisioned {acting:?} after"
+    );
+    assert!(
+        acting < Duration::from_secs(45),
+        "the standby provisioned a new cluster {acting:?} after the leader died"
+    );
+    standby.record_rbac_usage().await;
+    standby.terminate();
+    env.run(|_| async {}).await;
 }

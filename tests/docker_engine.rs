@@ -19,8 +19,8 @@ use capd::docker::engine::BollardRuntime;
 use capd::docker::labels::{self, Owner};
 use capd::docker::specs::{NodeParams, node_container_spec};
 use capd::docker::{
-    ContainerRuntime, ContainerSpec, ContainerState, NetworkSpec, NodePrivilege, PortPublish,
-    RuntimeError,
+    BindMount, ContainerRuntime, ContainerSpec, ContainerState, NetworkSpec, NodePrivilege,
+    PortPublish, RuntimeError,
 };
 use futures::StreamExt;
 
@@ -259,7 +259,7 @@ fn plain_spec(id: &str, suffix: &str, network: &str, cmd: Option<Vec<String>>) -
         ports: vec![],
         tmpfs: vec![],
         volumes: vec![],
-        binds: vec![],
+        mounts: vec![],
         privilege: NodePrivilege::None,
         security_opt: vec![],
         sysctls: BTreeMap::new(),
@@ -385,9 +385,17 @@ async fn node_container_lifecycle() {
             ipv6: false,
             proxy_env: vec![],
         });
-        // This host has no /lib/modules to bind.
-        spec.binds
-            .retain(|b| !b.starts_with("/lib/modules") || Path::new("/lib/modules").exists());
+        // A host path holding a `:` is one path, not options (a string bind would read
+        // `ro,z` after it as options, or fail).
+        let host_dir = std::env::temp_dir().join(format!("capd-rs-test-{id}:ro,z"));
+        std::fs::create_dir_all(&host_dir).unwrap();
+        std::fs::write(host_dir.join("f"), "from the host").unwrap();
+        spec.mounts.push(BindMount {
+            host_path: host_dir.display().to_string(),
+            container_path: "/mnt/host".into(),
+            read_only: false,
+            create_host_path: false,
+        });
 
         rt.ensure_image(TEST_IMAGE)
             .await
@@ -490,6 +498,21 @@ async fn node_container_lifecycle() {
             "anonymous /var volume"
         );
 
+        // The bind with a `:` in its host path: writable (no `ro` option leaked in), the host's file.
+        let read = rt
+            .exec(
+                &name,
+                &argv(&["sh", "-c", "cat /mnt/host/f && echo w > /mnt/host/w"]),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (read.exit_code, read.stdout.as_slice()),
+            (0, b"from the host".as_slice())
+        );
+        assert_eq!(std::fs::read_to_string(host_dir.join("w")).unwrap(), "w\n");
+
         // Same name again: Conflict.
         match rt.create_and_start(&spec).await {
             Err(RuntimeError::Conflict(m)) => assert!(m.contains("already in use"), "{m}"),
@@ -557,6 +580,7 @@ async fn node_container_lifecycle() {
 
         // Remove twice; then it is gone.
         rt.remove(&name).await.expect("remove");
+        let _ = std::fs::remove_dir_all(&host_dir);
         rt.remove(&name).await.expect("remove again");
         assert_eq!(rt.inspect(&name).await.expect("inspect after remove"), None);
 
@@ -695,7 +719,8 @@ async fn missing_objects() {
 #[tokio::test]
 async fn missing_image_reports_the_engines_pull_error() {
     let rt = runtime().await;
-    let image = format!("capd-rs-test/absent:{}", run_id("img"));
+    // A registry on a closed loopback port: the engine's pull fails without leaving the machine.
+    let image = format!("127.0.0.1:9/capd-rs-test/absent:{}", run_id("img"));
     let result = tokio::time::timeout(Duration::from_secs(300), rt.ensure_image(&image))
         .await
         .expect("pull gives up in time");
@@ -769,4 +794,145 @@ async fn lb_style_container_publishes_both_ports() {
         assert_eq!(info.host_ports.get("80/tcp"), Some(&free));
     })
     .await;
+}
+
+/// A TLS-terminating proxy in front of the local engine that demands a client certificate from
+/// its CA, like an engine run with `--tlsverify`. Returns its port and the PKI directory.
+mod tls_engine {
+    use std::{path::Path, sync::Arc};
+
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
+        KeyPair,
+    };
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    use tokio::net::{TcpListener, UnixStream};
+
+    fn ca() -> CertifiedIssuer<'static, KeyPair> {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+    }
+
+    fn leaf(
+        ca: &CertifiedIssuer<'static, KeyPair>,
+        names: &[&str],
+        usage: ExtendedKeyUsagePurpose,
+    ) -> (String, KeyPair) {
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().unwrap();
+        (params.signed_by(&key, ca).unwrap().pem(), key)
+    }
+
+    /// Write a client's `ca.pem`, `cert.pem` and `key.pem` (as DOCKER_CERT_PATH holds them).
+    fn write_client(dir: &Path, ca: &CertifiedIssuer<'static, KeyPair>) {
+        std::fs::create_dir_all(dir).unwrap();
+        let (cert, key) = leaf(ca, &[], ExtendedKeyUsagePurpose::ClientAuth);
+        std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(dir.join("cert.pem"), cert).unwrap();
+        std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    }
+
+    /// Start the proxy. `dir/good` holds a client signed by the engine's CA, `dir/foreign` one
+    /// signed by another CA (that also trusts the engine).
+    pub async fn start(dir: &Path) -> (u16, tokio::task::JoinHandle<()>) {
+        let engine_ca = ca();
+        write_client(&dir.join("good"), &engine_ca);
+        let other_ca = ca();
+        write_client(&dir.join("foreign"), &other_ca);
+        std::fs::write(dir.join("foreign/ca.pem"), engine_ca.pem()).unwrap();
+
+        let (server_pem, server_key) = leaf(
+            &engine_ca,
+            &["127.0.0.1", "localhost"],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(engine_ca.der().to_vec()))
+            .unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider.clone(),
+        )
+        .build()
+        .unwrap();
+        let server_der =
+            rustls::pki_types::pem::PemObject::from_pem_slice(server_pem.as_bytes()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(
+                vec![server_der],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(server_key.serialize_der())),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    // A client without a certificate of our CA fails the handshake here.
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    if let Ok(mut engine) = UnixStream::connect("/var/run/docker.sock").await {
+                        let _ = tokio::io::copy_bidirectional(&mut tls, &mut engine).await;
+                    }
+                });
+            }
+        });
+        (port, task)
+    }
+}
+
+#[tokio::test]
+async fn remote_engine_over_tls_with_client_certificates() {
+    use capd::docker::engine::EngineOptions;
+    let dir = std::env::temp_dir().join(format!("capd-rs-tls-{}", run_id("tls")));
+    let (port, proxy) = tls_engine::start(&dir).await;
+    let tls = |client: &str| EngineOptions {
+        host: Some(format!("tcp://127.0.0.1:{port}")),
+        tls_verify: true,
+        cert_path: Some(dir.join(client)),
+        allow_plain_tcp: false,
+    };
+
+    // The engine's CA and a client certificate it trusts: a working runtime.
+    let rt = BollardRuntime::connect_with(&tls("good"))
+        .await
+        .expect("TLS with a trusted client certificate");
+    assert!(!rt.api_version().is_empty());
+    assert!(
+        rt.list(&run_labels(&run_id("tls")))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // A client certificate from another CA: the handshake is refused, reported as unavailable.
+    match BollardRuntime::connect_with(&tls("foreign")).await {
+        Err(RuntimeError::Unavailable(m)) => eprintln!("foreign client refused: {m}"),
+        other => panic!("expected the foreign client to be refused, got {other:?}"),
+    }
+    // No certificates where DOCKER_CERT_PATH points: a clear configuration error.
+    match BollardRuntime::connect_with(&tls("missing")).await {
+        Err(RuntimeError::Rejected(m)) => assert!(m.contains("ca.pem"), "{m}"),
+        other => panic!("expected Rejected, got {other:?}"),
+    }
+    // Plain HTTP to the TLS port is not what TLS-verify users get.
+    let plain = EngineOptions {
+        tls_verify: false,
+        ..tls("good")
+    };
+    assert!(BollardRuntime::connect_with(&plain).await.is_err());
+    proxy.abort();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -33,6 +33,9 @@ use std::str::FromStr;
 pub use redact::{REDACTED, redact};
 pub use runner::{StepFailure, TAIL_CHARS, TAIL_LINES, run};
 
+/// The `type` of the Secrets CAPI's bootstrap providers write their data into.
+pub const SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
+
 /// The file CABPK's commands create when bootstrap succeeded; checked before and after the run.
 pub const SENTINEL_PATH: &str = "/run/cluster-api/bootstrap-success.complete";
 

@@ -15,8 +15,11 @@ pub const TAIL_CHARS: usize = 1500;
 
 /// Why the run stopped: the first step that exited non-zero or could not be exec'd.
 ///
-/// Every field is safe to put in a condition, an Event or a log: the description never holds file
-/// content and the output tail is redacted.
+/// Its `Display` (what conditions and Events show) holds the step number, the step's description
+/// (the program, or the file path, never arguments or content) and the exit code or engine error.
+/// The output tail, redacted, goes only to the manager's log: a tool's output may still hold what
+/// the redactor does not know to be secret, and status is readable by anyone who can read the
+/// object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepFailure {
     /// Position of the failed step in the slice given to [`run`] (0-based; shown 1-based).
@@ -56,9 +59,6 @@ impl fmt::Display for StepFailure {
             (Some(err), _) => write!(f, ": could not exec: {err}")?,
             (None, Some(code)) => write!(f, " exited with code {code}")?,
             (None, None) => {}
-        }
-        if !self.output_tail.is_empty() {
-            write!(f, ": {}", self.output_tail)?;
         }
         Ok(())
     }
@@ -146,6 +146,7 @@ pub async fn run(
             total,
             description = %step.description,
             exit_code = ?failure.exit_code,
+            output = %failure.output_tail,
             "bootstrap: step failed"
         );
         return Err(failure);
@@ -322,7 +323,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn failure_message_names_command_and_code_without_secrets() {
+    async fn failure_message_names_step_and_code_and_the_tail_loses_secrets() {
         let stdout = format!(
             "[init] Using Kubernetes version: v1.31.2\n\
              You can now join any number of control-plane nodes by running:\n\
@@ -342,23 +343,25 @@ mod tests {
             )),
         ];
         let failure = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
-        let msg = failure.to_string();
-        assert!(
-            msg.starts_with("step 2/2 failed: shell script running kubeadm exited with code 2: "),
-            "{msg}"
+        // Status shows the step and the program, never output.
+        assert_eq!(
+            failure.to_string(),
+            "step 2/2 failed: shell script running kubeadm exited with code 2"
         );
+        // The tail (for the log) keeps the error and loses the secrets.
+        let tail = &failure.output_tail;
         assert!(
-            msg.ends_with("error execution phase addon/coredns: unable to create deployment"),
-            "{msg}"
+            tail.ends_with("error execution phase addon/coredns: unable to create deployment"),
+            "{tail}"
         );
-        assert!(msg.contains("[redacted PEM block]"), "{msg}");
+        assert!(tail.contains("[redacted PEM block]"), "{tail}");
         for secret in [
             "0123456789abcdef",
             "5d4c7f4e0a3b",
             "9f86d081884c",
             "MIIEpAIBAAK",
         ] {
-            assert!(!msg.contains(secret), "{secret} leaked: {msg}");
+            assert!(!tail.contains(secret), "{secret} leaked: {tail}");
             assert!(
                 !format!("{failure:?}").contains(secret),
                 "{secret} leaked in Debug"
@@ -414,13 +417,13 @@ mod tests {
             )),
             "{msg}"
         );
+        assert!(msg.ends_with("exited with code 1"), "{msg}");
         assert!(
-            msg.contains("exited with code 1: [preflight] Running pre-flight checks"),
-            "{msg}"
-        );
-        assert!(
-            msg.ends_with("[ERROR Port-6443]: Port 6443 is in use"),
-            "{msg}"
+            failure
+                .output_tail
+                .ends_with("[ERROR Port-6443]: Port 6443 is in use"),
+            "{}",
+            failure.output_tail
         );
         // stdin reached the runtime for every write.
         let calls = rt.calls();

@@ -10,7 +10,7 @@ use std::{
 };
 
 use tokio::{sync::Semaphore, task::JoinHandle};
-use tracing::{Instrument, info, warn};
+use tracing::{Instrument, info};
 
 use crate::{
     bootstrap::{self, Step},
@@ -123,10 +123,8 @@ impl BootstrapTasks {
             let run = bootstrap::run(runtime.as_ref(), &container, &steps, report);
             let finished = match tokio::time::timeout(timeout, run).await {
                 Ok(Ok(())) => Finished::Succeeded,
-                Ok(Err(failure)) => {
-                    warn!(%container, %failure, "bootstrap failed");
-                    Finished::Failed(failure.to_string())
-                }
+                // The runner logged the failure with its output tail.
+                Ok(Err(failure)) => Finished::Failed(failure.to_string()),
                 Err(_) => {
                     let (step, description) = lock(&p).clone();
                     Finished::TimedOut(format!(

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     api::DockerMachine,
-    docker::{ContainerRuntime, NodePrivilege},
+    docker::{ContainerRuntime, NodePrivilege, host_paths::HostPathPolicy},
     telemetry::Metrics,
 };
 
@@ -43,6 +43,8 @@ pub struct Settings {
     pub cgroup_v1: bool,
     /// Bootstraps running at once (each is a stream of execs into a node); more wait in line.
     pub max_bootstraps: usize,
+    /// Which host paths `spec.extraMounts` may name.
+    pub host_paths: HostPathPolicy,
 }
 
 impl Default for Settings {
@@ -56,6 +58,7 @@ impl Default for Settings {
             resync: Duration::from_secs(600),
             cgroup_v1: false,
             max_bootstraps: 10,
+            host_paths: HostPathPolicy::default(),
         }
     }
 }

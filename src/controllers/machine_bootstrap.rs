@@ -282,6 +282,15 @@ async fn load_steps(
             120,
         )
     };
+    // CAPI's bootstrap providers write their data into Secrets of this type; any other type is
+    // a Secret somebody pointed the Machine at by mistake (or to read it through the manager).
+    if secret.type_.as_deref() != Some(bootstrap::SECRET_TYPE) {
+        return invalid(format!(
+            "has type {:?}; bootstrap data Secrets have type {:?}",
+            secret.type_.as_deref().unwrap_or(""),
+            bootstrap::SECRET_TYPE
+        ));
+    }
     let mut data = secret.data.unwrap_or_default();
     let Some(value) = data.remove("value") else {
         return invalid("has no key \"value\"".into());

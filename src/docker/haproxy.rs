@@ -1,8 +1,10 @@
 //! The load balancer's `haproxy.cfg`, with the same directives, order and whitespace as upstream
-//! CAPD v1.13's default template renders, with two deliberate differences: no comment lines
-//! (ours is a header naming capd-rs), and `no strict-limits` in `global`, because with
+//! CAPD v1.13's default template renders, with three deliberate differences: no comment lines
+//! (ours is a header naming capd-rs); `no strict-limits` in `global`, because with
 //! `maxconn 100000` haproxy refuses to start on hosts whose containers get fewer than ~200k file
-//! descriptors (this CI machine gives 20k), which made a restarted LB die.
+//! descriptors (this CI machine gives 20k), which made a restarted LB die; and no
+//! `stats admin if TRUE`: upstream's stats page lets anyone who reaches it, without a password,
+//! drain or disable the API servers (ours is read-only, and published on loopback only).
 //!
 //! Whitespace facts reproduced here (they come from the template's trim markers):
 //! - in IPv4 mode a line holding two spaces sits between `bind *:<port>` and `default_backend`;
@@ -101,7 +103,6 @@ frontend stats
   stats enable
   stats uri /stats
   stats refresh 1s
-  stats admin if TRUE
 
 frontend control-plane
 ";
@@ -168,7 +169,6 @@ mod tests {
             "  stats enable",
             "  stats uri /stats",
             "  stats refresh 1s",
-            "  stats admin if TRUE",
             "",
             "frontend control-plane",
             "",

@@ -110,8 +110,8 @@ pub struct ContainerSpec {
     pub tmpfs: Vec<String>,
     /// Anonymous volumes (`/var`).
     pub volumes: Vec<String>,
-    /// Bind mounts in docker syntax `host:container[:ro]`.
-    pub binds: Vec<String>,
+    /// Host paths bind-mounted into the container.
+    pub mounts: Vec<BindMount>,
     pub privilege: NodePrivilege,
     pub security_opt: Vec<String>,
     pub sysctls: BTreeMap<String, String>,
@@ -119,6 +119,20 @@ pub struct ContainerSpec {
     pub tty: bool,
     /// Restart policy `on-failure` with this many retries; `None` for no restart policy.
     pub restart_on_failure: Option<i64>,
+}
+
+/// A host path bind-mounted into a container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BindMount {
+    pub host_path: String,
+    pub container_path: String,
+    pub read_only: bool,
+    /// `false` (paths a user named): the engine gets a structured mount, never a
+    /// `host:container[:options]` string, so a `:` or `,` in a path cannot add options, and a
+    /// missing host path is an error rather than a root-owned directory the engine creates.
+    /// `true` (fixed paths the manager chooses, e.g. `/lib/modules`, missing on some hosts):
+    /// the engine creates the host path when missing, as kind's nodes expect.
+    pub create_host_path: bool,
 }
 
 /// A bridge network the provider attaches containers to.

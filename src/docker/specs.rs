@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::haproxy::{BACKEND_PORT, STATS_PORT};
 use super::labels::{ROLE_CONTROL_PLANE, ROLE_LOAD_BALANCER};
 use super::naming::load_balancer_name;
-use super::runtime::{ContainerSpec, NodePrivilege, PortPublish};
+use super::runtime::{BindMount, ContainerSpec, NodePrivilege, PortPublish};
 
 /// The manager's default load-balancer image (upstream's).
 pub const DEFAULT_LB_IMAGE: &str = "kindest/haproxy:v20230606-42a2262b";
@@ -171,8 +171,8 @@ pub struct NodeParams<'a> {
     /// Complete label set (see `labels::container_labels`, plus the failure-domain label).
     pub labels: BTreeMap<String, String>,
     pub network: &'a str,
-    /// `spec.extraMounts`: (host path, container path, read only).
-    pub extra_mounts: &'a [(String, String, bool)],
+    /// `spec.extraMounts`, already checked against the manager's host-path policy.
+    pub extra_mounts: &'a [BindMount],
     pub privilege: NodePrivilege,
     /// IPv6-only or dual-stack cluster: enables IPv6 inside the node.
     pub ipv6: bool,
@@ -189,18 +189,13 @@ pub fn node_container_spec(p: &NodeParams<'_>) -> ContainerSpec {
     }
     env.extend(p.proxy_env.iter().cloned());
 
-    let mut binds: Vec<String> = p
-        .extra_mounts
-        .iter()
-        .map(|(host, container, ro)| {
-            if *ro {
-                format!("{host}:{container}:ro")
-            } else {
-                format!("{host}:{container}")
-            }
-        })
-        .collect();
-    binds.push("/lib/modules:/lib/modules:ro".to_string());
+    let mut mounts = p.extra_mounts.to_vec();
+    mounts.push(BindMount {
+        host_path: "/lib/modules".into(),
+        container_path: "/lib/modules".into(),
+        read_only: true,
+        create_host_path: true,
+    });
 
     let ports = if control_plane {
         vec![PortPublish {
@@ -233,7 +228,7 @@ pub fn node_container_spec(p: &NodeParams<'_>) -> ContainerSpec {
         ports,
         tmpfs: vec!["/tmp".into(), "/run".into()],
         volumes: vec!["/var".into()],
-        binds,
+        mounts,
         privilege: p.privilege.clone(),
         security_opt: vec!["seccomp=unconfined".into(), "apparmor=unconfined".into()],
         sysctls,
@@ -256,12 +251,18 @@ pub struct LbParams<'a> {
     pub ipv6_only: bool,
 }
 
-/// The container spec of the load balancer: the image's own entrypoint, 6443/tcp and 8404/tcp
-/// published on random host ports, no extra privileges.
+/// The container spec of the load balancer: the image's own entrypoint, no extra privileges,
+/// 6443/tcp published on a random host port of every address (as upstream: the API must be
+/// reachable), 8404/tcp (haproxy's stats page) on a random port of the host's loopback only:
+/// it needs no audience beyond the host.
 pub fn lb_container_spec(p: &LbParams<'_>) -> ContainerSpec {
     let name = load_balancer_name(p.cluster_name);
-    let host_ip = if p.ipv6_only { "::" } else { "0.0.0.0" };
-    let publish = |port: u16| PortPublish {
+    let (any, loopback) = if p.ipv6_only {
+        ("::", "::1")
+    } else {
+        ("0.0.0.0", "127.0.0.1")
+    };
+    let publish = |port: u16, host_ip: &str| PortPublish {
         container_port: format!("{port}/tcp"),
         host_ip: host_ip.to_string(),
         host_port: None,
@@ -279,10 +280,10 @@ pub fn lb_container_spec(p: &LbParams<'_>) -> ContainerSpec {
         entrypoint: None,
         cmd: None,
         network: p.network.to_string(),
-        ports: vec![publish(BACKEND_PORT), publish(STATS_PORT)],
+        ports: vec![publish(BACKEND_PORT, any), publish(STATS_PORT, loopback)],
         tmpfs: Vec::new(),
         volumes: Vec::new(),
-        binds: Vec::new(),
+        mounts: Vec::new(),
         privilege: NodePrivilege::None,
         security_opt: Vec::new(),
         sysctls: BTreeMap::new(),
@@ -429,7 +430,16 @@ mod tests {
         );
     }
 
-    fn node(role: &str, mounts: &[(String, String, bool)], ipv6: bool) -> ContainerSpec {
+    fn bind(host: &str, container: &str, read_only: bool) -> BindMount {
+        BindMount {
+            host_path: host.into(),
+            container_path: container.into(),
+            read_only,
+            create_host_path: host == "/lib/modules",
+        }
+    }
+
+    fn node(role: &str, mounts: &[BindMount], ipv6: bool) -> ContainerSpec {
         node_container_spec(&NodeParams {
             name: "dev-cp-1",
             image: "kindest/node:v1.35.0",
@@ -445,10 +455,7 @@ mod tests {
 
     #[test]
     fn control_plane_node_spec() {
-        let mounts = vec![
-            ("/src".to_string(), "/dst".to_string(), true),
-            ("/a".to_string(), "/b".to_string(), false),
-        ];
+        let mounts = vec![bind("/src", "/dst", true), bind("/a:b", "/b", false)];
         let s = node("control-plane", &mounts, false);
         assert_eq!(s.name, "dev-cp-1");
         assert_eq!(s.hostname, "dev-cp-1");
@@ -456,8 +463,12 @@ mod tests {
         assert_eq!(s.tmpfs, vec!["/tmp", "/run"]);
         assert_eq!(s.volumes, vec!["/var"]);
         assert_eq!(
-            s.binds,
-            vec!["/src:/dst:ro", "/a:/b", "/lib/modules:/lib/modules:ro"]
+            s.mounts,
+            vec![
+                bind("/src", "/dst", true),
+                bind("/a:b", "/b", false),
+                bind("/lib/modules", "/lib/modules", true)
+            ]
         );
         assert_eq!(
             s.security_opt,
@@ -492,7 +503,7 @@ mod tests {
         let s = node("worker", &[], true);
         assert!(s.ports.is_empty());
         assert_eq!(s.env, vec!["HTTP_PROXY=http://p:3128"]);
-        assert_eq!(s.binds, vec!["/lib/modules:/lib/modules:ro"]);
+        assert_eq!(s.mounts, vec![bind("/lib/modules", "/lib/modules", true)]);
         assert_eq!(s.sysctls["net.ipv6.conf.all.disable_ipv6"], "0");
         assert_eq!(s.sysctls["net.ipv6.conf.all.forwarding"], "1");
     }
@@ -511,7 +522,7 @@ mod tests {
         assert_eq!(s.hostname, "dev-lb");
         assert_eq!(s.entrypoint, None);
         assert_eq!(s.privilege, NodePrivilege::None);
-        assert!(s.security_opt.is_empty() && s.binds.is_empty() && s.volumes.is_empty());
+        assert!(s.security_opt.is_empty() && s.mounts.is_empty() && s.volumes.is_empty());
         assert_eq!(s.restart_on_failure, Some(1));
         assert_eq!(s.labels["io.x-k8s.kind.role"], "external-load-balancer");
         let ports: Vec<_> = s
@@ -521,7 +532,10 @@ mod tests {
             .collect();
         assert_eq!(
             ports,
-            vec![("6443/tcp", "0.0.0.0", None), ("8404/tcp", "0.0.0.0", None)]
+            vec![
+                ("6443/tcp", "0.0.0.0", None),
+                ("8404/tcp", "127.0.0.1", None)
+            ]
         );
 
         let s6 = lb_container_spec(&LbParams {
@@ -531,7 +545,8 @@ mod tests {
             labels: BTreeMap::new(),
             ipv6_only: true,
         });
-        assert!(s6.ports.iter().all(|p| p.host_ip == "::"));
+        let hosts: Vec<_> = s6.ports.iter().map(|p| p.host_ip.as_str()).collect();
+        assert_eq!(hosts, ["::", "::1"]);
     }
 
     #[test]

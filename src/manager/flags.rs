@@ -6,7 +6,7 @@ use clap::{Parser, ValueEnum};
 use crate::{
     api::parse_go_duration,
     controllers::{Scope, Settings},
-    docker::NodePrivilege,
+    docker::{NodePrivilege, engine::EngineOptions, host_paths::HostPathPolicy},
     telemetry::LogFormat,
 };
 
@@ -83,9 +83,32 @@ pub struct Flags {
     /// Docker network every container joins (created if missing).
     #[arg(long, env = "CAPD_DOCKER_NETWORK", default_value = "kind")]
     pub docker_network: String,
-    /// Docker Engine address (unix:// or tcp://); the local socket when empty.
+    /// Docker Engine address (unix://, tcp:// or https://); the local socket when empty.
     #[arg(long, env = "DOCKER_HOST")]
     pub docker_host: Option<String>,
+    /// Reach a tcp:// engine over TLS, verifying it and presenting a client certificate (any
+    /// non-empty value but "0" or "false" turns it on, as the docker CLI reads the variable).
+    #[arg(long, env = "DOCKER_TLS_VERIFY")]
+    pub docker_tls_verify: Option<String>,
+    /// Directory with ca.pem, cert.pem and key.pem for --docker-tls-verify (default ~/.docker).
+    #[arg(long, env = "DOCKER_CERT_PATH")]
+    pub docker_cert_path: Option<String>,
+    /// Allow unencrypted tcp:// to an engine that is not on loopback (bootstrap data, keys
+    /// included, then crosses the network in clear: only on a network you trust).
+    #[arg(long, env = "CAPD_DOCKER_ALLOW_PLAIN_TCP", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub docker_allow_plain_tcp: bool,
+    /// Host path prefix that spec.extraMounts may name (repeatable or comma-separated; default:
+    /// any path but the host's root and the Docker socket with its parent directories).
+    #[arg(
+        long = "extra-mount-allowed-prefix",
+        env = "CAPD_EXTRA_MOUNT_ALLOWED_PREFIXES",
+        value_delimiter = ','
+    )]
+    pub extra_mount_allowed_prefixes: Vec<String>,
+    /// Let spec.extraMounts name the Docker socket (self-hosted management clusters, whose
+    /// nodes run this provider; every DockerMachine author is then root on the host).
+    #[arg(long, env = "CAPD_EXTRA_MOUNT_ALLOW_DOCKER_SOCKET", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub extra_mount_allow_docker_socket: bool,
     /// Requeue period of healthy objects (Go duration).
     #[arg(long, env = "CAPD_RESYNC_PERIOD", default_value = "10m")]
     pub resync_period: String,
@@ -119,6 +142,24 @@ impl Flags {
                 .ok_or_else(|| format!("--container-label={l:?} is not key=value"))?;
             extra_labels.insert(k.to_string(), v.to_string());
         }
+        let prefixes: Vec<String> = self
+            .extra_mount_allowed_prefixes
+            .iter()
+            .filter(|p| !p.is_empty())
+            .cloned()
+            .collect();
+        if let Some(bad) = prefixes
+            .iter()
+            .find(|p| !p.starts_with('/') || p.split('/').any(|c| c == ".."))
+        {
+            return Err(format!(
+                "--extra-mount-allowed-prefix={bad:?} is not an absolute path without \"..\""
+            ));
+        }
+        let socket = self.docker_host.as_deref().and_then(|h| {
+            h.strip_prefix("unix://")
+                .or(h.starts_with('/').then_some(h))
+        });
         Ok(Settings {
             lb_image: self.lb_image.clone(),
             node_privilege: match self.node_privilege {
@@ -144,7 +185,32 @@ impl Flags {
                 0 => tokio::sync::Semaphore::MAX_PERMITS,
                 n => usize::from(n),
             },
+            host_paths: {
+                let policy = HostPathPolicy::new(socket, &prefixes);
+                if self.extra_mount_allow_docker_socket {
+                    policy.allowing_docker_socket()
+                } else {
+                    policy
+                }
+            },
         })
+    }
+
+    /// How to reach the Docker Engine.
+    pub fn engine_options(&self) -> EngineOptions {
+        EngineOptions {
+            host: self.docker_host.clone(),
+            tls_verify: self
+                .docker_tls_verify
+                .as_deref()
+                .is_some_and(|v| !matches!(v.trim(), "" | "0" | "false")),
+            cert_path: self
+                .docker_cert_path
+                .as_deref()
+                .filter(|p| !p.is_empty())
+                .map(Into::into),
+            allow_plain_tcp: self.docker_allow_plain_tcp,
+        }
     }
 
     pub fn scope(&self) -> Scope {
@@ -206,6 +272,38 @@ mod tests {
     }
 
     #[test]
+    fn engine_options_read_the_docker_cli_variables() {
+        let f = Flags::parse_from([
+            "manager",
+            "--docker-host=tcp://10.0.0.5:2376",
+            "--docker-tls-verify=1",
+            "--docker-cert-path=/certs",
+        ]);
+        let o = f.engine_options();
+        assert!(o.tls_verify && !o.allow_plain_tcp);
+        assert_eq!(o.cert_path, Some("/certs".into()));
+        assert_eq!(o.check(), Ok(()));
+        let plain = Flags::parse_from([
+            "manager",
+            "--docker-host=tcp://10.0.0.5:2375",
+            "--docker-tls-verify=0",
+        ]);
+        assert!(
+            plain
+                .engine_options()
+                .check()
+                .unwrap_err()
+                .contains("plain TCP")
+        );
+        let allowed = Flags::parse_from([
+            "manager",
+            "--docker-host=tcp://10.0.0.5:2375",
+            "--docker-allow-plain-tcp",
+        ]);
+        assert_eq!(allowed.engine_options().check(), Ok(()));
+    }
+
+    #[test]
     fn go_style_listen_address() {
         let f = Flags::parse_from(["manager", "--health-addr=:9440"]).resolve_env_fallbacks();
         assert_eq!(f.health_addr, "0.0.0.0:9440");
@@ -217,5 +315,28 @@ mod tests {
         assert!(f.settings().unwrap_err().contains("--bootstrap-timeout"));
         let f = Flags::parse_from(["manager", "--container-label=nolabel"]);
         assert!(f.settings().unwrap_err().contains("key=value"));
+        let f = Flags::parse_from(["manager", "--extra-mount-allowed-prefix=data"]);
+        assert!(
+            f.settings()
+                .unwrap_err()
+                .contains("--extra-mount-allowed-prefix")
+        );
+    }
+
+    #[test]
+    fn host_path_policy_from_flags() {
+        let f = Flags::parse_from([
+            "manager",
+            "--docker-host=unix:///srv/engine.sock",
+            "--extra-mount-allowed-prefix=/srv,/data",
+        ]);
+        let policy = f.settings().unwrap().host_paths;
+        assert_eq!(
+            policy,
+            HostPathPolicy::new(Some("/srv/engine.sock"), &["/srv".into(), "/data".into()])
+        );
+        assert!(policy.check("/srv").is_err(), "holds the engine's socket");
+        assert!(policy.check("/etc").is_err(), "not allowed");
+        assert_eq!(policy.check("/data/x"), Ok(()));
     }
 }

@@ -23,7 +23,11 @@ use crate::{
     api::{DockerCluster, DockerMachine},
     capi::{Cluster, Machine},
     controllers::{self, Context, DockerTriggers},
-    docker::{ContainerRuntime, engine::BollardRuntime, events},
+    docker::{
+        ContainerRuntime, RuntimeError,
+        engine::{BollardRuntime, EngineOptions},
+        events,
+    },
     http::{self, HttpState},
     telemetry::Metrics,
 };
@@ -47,6 +51,8 @@ pub enum ManagerError {
         #[source]
         source: Option<BoxError>,
     },
+    #[error("Docker Engine: {0}")]
+    Docker(String),
     #[error("health/metrics server on {addr}: {source}")]
     Http {
         addr: String,
@@ -56,6 +62,9 @@ pub enum ManagerError {
 
 pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     let settings = flags.settings().map_err(ManagerError::Flag)?;
+    let engine = flags.engine_options();
+    // A refused address (plain TCP to a remote engine) is a configuration error: say so at once.
+    engine.check().map_err(ManagerError::Flag)?;
     let scope = flags.scope();
     // Metrics first: the kube client counts its requests into them.
     let metrics = Arc::new(Metrics::default());
@@ -83,7 +92,7 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     info!(addr = %flags.health_addr, "serving /healthz, /readyz and /metrics");
     let http_task = tokio::spawn(http::serve_on(listener, state, stop.clone()));
 
-    let runtime = connect_docker(flags.docker_host.as_deref(), &shutdown).await;
+    let runtime = connect_docker(&engine, &shutdown).await?;
     let Some(runtime) = runtime else {
         return Ok(());
     };
@@ -95,7 +104,7 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
             .map(|(k, v)| (k.to_string(), v))
             .collect()
     }));
-    wait_for_crds(&client, &shutdown).await;
+    wait_for_crds(&client, scope.namespace.as_deref(), &shutdown).await;
     if shutdown.is_cancelled() {
         return Ok(());
     }
@@ -199,19 +208,22 @@ async fn wait_for_signal(shutdown: CancellationToken) {
     }
 }
 
-/// Connect to the Docker Engine, retrying (with the manager unready) until it answers.
+/// Connect to the Docker Engine, retrying (with the manager unready) until it answers. An engine
+/// that refuses us (TLS files missing or rejected) is not retried: a person must act.
 async fn connect_docker(
-    host: Option<&str>,
+    engine: &EngineOptions,
     shutdown: &CancellationToken,
-) -> Option<Arc<BollardRuntime>> {
+) -> Result<Option<Arc<BollardRuntime>>, ManagerError> {
     let mut delay = Duration::from_millis(500);
+    info!(docker_host = %engine.display(), tls = engine.tls_verify, "connecting to the Docker Engine");
     loop {
-        match BollardRuntime::connect(host).await {
-            Ok(rt) => return Some(Arc::new(rt)),
+        match BollardRuntime::connect_with(engine).await {
+            Ok(rt) => return Ok(Some(Arc::new(rt))),
+            Err(RuntimeError::Rejected(e)) => return Err(ManagerError::Docker(e)),
             Err(e) => warn!(error = %e, retry_in = ?delay, "Docker Engine not reachable yet"),
         }
         tokio::select! {
-            _ = shutdown.cancelled() => return None,
+            _ = shutdown.cancelled() => return Ok(None),
             _ = tokio::time::sleep(delay) => {},
         }
         delay = (delay * 2).min(Duration::from_secs(30));
@@ -219,15 +231,27 @@ async fn connect_docker(
 }
 
 /// Wait until our CRDs and CAPI's Cluster/Machine are served (controllers would spin otherwise).
-async fn wait_for_crds(client: &Client, shutdown: &CancellationToken) {
+/// Lists in `namespace` when the manager watches one: a manager bound to a Role there may not
+/// list anything cluster-wide.
+async fn wait_for_crds(client: &Client, namespace: Option<&str>, shutdown: &CancellationToken) {
     let lp = ListParams::default().limit(1);
+    fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
     let (dcs, dms) = (
-        Api::<DockerCluster>::all(client.clone()),
-        Api::<DockerMachine>::all(client.clone()),
+        api::<DockerCluster>(client, namespace),
+        api::<DockerMachine>(client, namespace),
     );
     let (clusters, machines) = (
-        Api::<Cluster>::all(client.clone()),
-        Api::<Machine>::all(client.clone()),
+        api::<Cluster>(client, namespace),
+        api::<Machine>(client, namespace),
     );
     loop {
         let checks = futures::join!(

@@ -8,6 +8,7 @@
 
 pub mod capi_e2e;
 pub mod docker_proxy;
+pub mod rbac;
 pub mod workload;
 
 use std::{
@@ -100,6 +101,9 @@ pub struct TestEnv {
     pub docker: BollardRuntime,
     pub network: String,
     pub manager: Option<Manager>,
+    /// What the manager authenticates with: the shipped ClusterRole's ServiceAccount, unless a
+    /// test binds another one.
+    pub manager_kubeconfig: PathBuf,
 }
 
 /// The manager binary running as a child process for one test.
@@ -133,6 +137,15 @@ impl Manager {
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Record the Kubernetes requests this manager made (tests/common/rbac.rs); call before it
+    /// is killed, or they are lost.
+    pub async fn record_rbac_usage(&self) {
+        let url = format!("http://127.0.0.1:{}/metrics", self.health_port);
+        if let Ok(metrics) = reqwest::get(url).await {
+            rbac::record_usage(&metrics.text().await.unwrap_or_default());
+        }
+    }
 }
 
 impl Drop for Manager {
@@ -151,9 +164,11 @@ impl TestEnv {
             std::process::id() % 10000,
             n
         );
+        let client = client().await;
         let env = Self {
             id: id.clone(),
-            client: client().await,
+            manager_kubeconfig: rbac::cluster_role_kubeconfig(&client).await,
+            client,
             docker: docker().await,
             network: format!("capd-rs-test-{id}"),
             manager: None,
@@ -191,33 +206,52 @@ impl TestEnv {
     }
 
     fn spawn_manager(&mut self, extra_args: &[&str], docker_host: Option<&str>) {
+        self.manager = Some(self.launch("", extra_args, docker_host));
+    }
+
+    /// Another manager process for this test (leader election), with its own log and identity.
+    pub fn spawn_another_manager(&self, name: &str, extra_args: &[&str]) -> Manager {
+        let filter = format!("--watch-filter={}", self.id);
+        let mut args = vec![filter.as_str()];
+        args.extend_from_slice(extra_args);
+        self.launch(name, &args, None)
+    }
+
+    fn launch(&self, name: &str, extra_args: &[&str], docker_host: Option<&str>) -> Manager {
         let port = free_port();
-        let log = std::env::temp_dir().join(format!("capd-rs-manager-{}.log", self.id));
+        let log = std::env::temp_dir().join(format!("capd-rs-manager-{}{name}.log", self.id));
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log)
             .unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_manager"));
-        cmd.arg(format!("--kubeconfig={}", kubeconfig_path().display()))
-            .arg(format!("--health-addr=127.0.0.1:{port}"))
-            .arg(format!("--docker-network={}", self.network))
-            .arg(format!("--container-label={TEST_LABEL}={}", self.id))
-            .arg("--log-level=debug")
-            .args(extra_args)
-            .env_remove("KUBECONFIG")
-            .env_remove("DOCKER_HOST")
-            .stdout(Stdio::from(file.try_clone().unwrap()))
-            .stderr(Stdio::from(file));
+        cmd.arg(format!(
+            "--kubeconfig={}",
+            self.manager_kubeconfig.display()
+        ))
+        .arg(format!("--health-addr=127.0.0.1:{port}"))
+        .arg(format!("--docker-network={}", self.network))
+        .arg(format!("--container-label={TEST_LABEL}={}", self.id))
+        .arg("--log-level=debug")
+        .args(extra_args)
+        .env_remove("KUBECONFIG")
+        .env_remove("DOCKER_HOST")
+        // Leader-election Leases live where the test ServiceAccounts may hold them; the
+        // identity in a Lease names the process.
+        .env("POD_NAMESPACE", rbac::NAMESPACE)
+        .env("POD_NAME", format!("{}{name}", self.id))
+        .stdout(Stdio::from(file.try_clone().unwrap()))
+        .stderr(Stdio::from(file));
         if let Some(host) = docker_host {
             cmd.env("DOCKER_HOST", host);
         }
         let child = cmd.spawn().expect("start manager");
-        self.manager = Some(Manager {
+        Manager {
             child,
             health_port: port,
             log,
-        });
+        }
     }
 
     pub fn manager_logs(&self) -> String {
@@ -321,6 +355,9 @@ impl TestEnv {
             health_port: self.manager.as_ref().map_or(0, |m| m.health_port),
         };
         let result = tokio::spawn(body(r)).await;
+        if let Some(m) = &self.manager {
+            m.record_rbac_usage().await;
+        }
         let logs = self.manager_logs();
         if let Some(m) = self.manager.as_mut() {
             m.terminate();
@@ -510,6 +547,18 @@ impl TestEnvRef {
         value: Option<&str>,
         format: Option<&str>,
     ) {
+        self.create_secret_of_type(ns, name, value, format, "cluster.x-k8s.io/secret")
+            .await;
+    }
+
+    pub async fn create_secret_of_type(
+        &self,
+        ns: &str,
+        name: &str,
+        value: Option<&str>,
+        format: Option<&str>,
+        type_: &str,
+    ) {
         let mut data = serde_json::Map::new();
         if let Some(v) = value {
             data.insert("value".into(), json!(v));
@@ -518,7 +567,7 @@ impl TestEnvRef {
             data.insert("format".into(), json!(f));
         }
         let obj = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": ns,
-            "labels": {"cluster.x-k8s.io/cluster-name": "x"}}, "type": "cluster.x-k8s.io/secret", "stringData": data});
+            "labels": {"cluster.x-k8s.io/cluster-name": "x"}}, "type": type_, "stringData": data});
         Api::<Secret>::namespaced(self.client.clone(), ns)
             .create(
                 &PostParams::default(),
@@ -687,6 +736,16 @@ pub fn fully_provisioned(dm: &capd::api::DockerMachine) -> bool {
 
 /// Run a shell command in a container and return stdout (trimmed).
 /// Run the docker CLI; the command must succeed.
+/// The docker CLI's stdout, trimmed; panics when it fails.
+pub fn docker_cli_output(args: &[&str]) -> String {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker CLI");
+    assert!(out.status.success(), "docker {args:?} failed");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 pub fn docker_cli(args: &[&str]) {
     let status = std::process::Command::new("docker")
         .args(args)

@@ -23,7 +23,10 @@ use crate::{
         patch::Patcher,
         workload,
     },
-    docker::{ContainerInfo, NetworkSpec, RuntimeError, labels, naming, specs},
+    docker::{
+        BindMount, ContainerInfo, NetworkSpec, RuntimeError, host_paths::HostPathPolicy, labels,
+        naming, specs,
+    },
 };
 
 /// How long a machine whose container name is taken by someone else waits before looking again.
@@ -316,19 +319,14 @@ impl Provisioning<'_> {
         if let Some(fd) = b.machine.failure_domain() {
             container_labels.insert(labels::FAILURE_DOMAIN.to_string(), fd.to_string());
         }
-        let mounts: Vec<(String, String, bool)> = dm
-            .spec
-            .extra_mounts
-            .iter()
-            .flatten()
-            .map(|m| {
-                (
-                    m.host_path.clone(),
-                    m.container_path.clone(),
-                    m.read_only.unwrap_or(false),
-                )
-            })
-            .collect();
+        let mounts = extra_mounts(dm, &ctx.settings.host_paths).map_err(|message| {
+            Error::blocked(
+                types::CONTAINER_PROVISIONED,
+                reasons::INVALID_SPEC,
+                message,
+                ctx.settings.resync,
+            )
+        })?;
         let ipv6 = b.cluster.ip_family().is_ok_and(|f| f != IpFamily::V4);
         let spec = specs::node_container_spec(&specs::NodeParams {
             name,
@@ -355,6 +353,27 @@ impl Provisioning<'_> {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// `spec.extraMounts` as bind mounts, each host path checked against the manager's policy.
+fn extra_mounts(dm: &DockerMachine, policy: &HostPathPolicy) -> Result<Vec<BindMount>, String> {
+    let mounts = dm.spec.extra_mounts.iter().flatten().enumerate();
+    mounts
+        .map(|(i, m)| {
+            policy.check(&m.host_path).map_err(|why| {
+                format!(
+                    "spec.extraMounts[{i}].hostPath {:?} is not allowed: {why}",
+                    m.host_path
+                )
+            })?;
+            Ok(BindMount {
+                host_path: m.host_path.clone(),
+                container_path: m.container_path.clone(),
+                read_only: m.read_only.unwrap_or(false),
+                create_host_path: false,
+            })
+        })
+        .collect()
 }
 
 /// `status.addresses`: the hostname, then InternalIP and ExternalIP for each address of the

@@ -2,6 +2,34 @@
 //! [`ContainerSpec`], and [`ContainerInfo`] from inspect and list answers.
 use super::*;
 
+/// Mounts of user-named paths: structured, never parsed from a string.
+fn structured_mounts(mounts: &[BindMount]) -> Vec<Mount> {
+    mounts
+        .iter()
+        .filter(|m| !m.create_host_path)
+        .map(|m| Mount {
+            typ: Some(MountType::BIND),
+            source: Some(m.host_path.clone()),
+            target: Some(m.container_path.clone()),
+            read_only: Some(m.read_only),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// Mounts of the manager's own fixed paths, in the `Binds` form: the only one with which an
+/// engine older than API 1.44 creates a missing host path.
+fn legacy_binds(mounts: &[BindMount]) -> Vec<String> {
+    mounts
+        .iter()
+        .filter(|m| m.create_host_path)
+        .map(|m| {
+            let ro = if m.read_only { ":ro" } else { "" };
+            format!("{}:{}{ro}", m.host_path, m.container_path)
+        })
+        .collect()
+}
+
 pub(super) fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
     let mut port_bindings: PortMap = HashMap::new();
     let mut exposed: Vec<String> = Vec::new();
@@ -23,7 +51,8 @@ pub(super) fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
 
     let mut host = HostConfig {
         network_mode: Some(spec.network.clone()),
-        binds: (!spec.binds.is_empty()).then(|| spec.binds.clone()),
+        binds: Some(legacy_binds(&spec.mounts)).filter(|b| !b.is_empty()),
+        mounts: Some(structured_mounts(&spec.mounts)).filter(|m| !m.is_empty()),
         tmpfs: (!spec.tmpfs.is_empty()).then(|| {
             spec.tmpfs
                 .iter()
@@ -234,7 +263,7 @@ mod tests {
             ],
             tmpfs: vec!["/tmp".into()],
             volumes: vec!["/var".into()],
-            binds: vec![],
+            mounts: vec![],
             privilege,
             security_opt: vec![],
             sysctls: BTreeMap::new(),
@@ -242,6 +271,29 @@ mod tests {
             tty: true,
             restart_on_failure: Some(1),
         }
+    }
+
+    #[test]
+    fn user_paths_are_structured_mounts_and_fixed_paths_binds() {
+        let mut s = spec(NodePrivilege::None);
+        let mount = |host: &str, create_host_path| BindMount {
+            host_path: host.into(),
+            container_path: "/in".into(),
+            read_only: true,
+            create_host_path,
+        };
+        s.mounts = vec![mount("/a:/etc:rw", false), mount("/lib/modules", true)];
+        let host = create_body(&s).host_config.unwrap();
+        assert_eq!(host.binds, Some(vec!["/lib/modules:/in:ro".to_string()]));
+        let mounts = host.mounts.unwrap();
+        assert_eq!(mounts.len(), 1);
+        assert_eq!(mounts[0].typ, Some(MountType::BIND));
+        assert_eq!(mounts[0].source.as_deref(), Some("/a:/etc:rw"));
+        assert_eq!(mounts[0].target.as_deref(), Some("/in"));
+        assert_eq!(mounts[0].read_only, Some(true));
+        // Nothing to mount: neither field is sent.
+        let host = create_body(&spec(NodePrivilege::None)).host_config.unwrap();
+        assert_eq!((host.binds, host.mounts), (None, None));
     }
 
     #[test]

@@ -16,8 +16,8 @@ use bollard::exec::StartExecResults;
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, ContainerSummary,
     ContainerSummaryStateEnum, EndpointSettings, ExecConfig, HostConfig,
-    HostConfigCgroupnsModeEnum, NetworkCreateRequest, PortBinding, PortMap, RestartPolicy,
-    RestartPolicyNameEnum,
+    HostConfigCgroupnsModeEnum, Mount, MountType, NetworkCreateRequest, PortBinding, PortMap,
+    RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
@@ -29,16 +29,20 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Mutex;
 
 use super::runtime::{
-    ContainerInfo, ContainerRuntime, ContainerSpec, ContainerState, ExecOutput, NetworkSpec,
-    NodePrivilege, RuntimeError, RuntimeResult,
+    BindMount, ContainerInfo, ContainerRuntime, ContainerSpec, ContainerState, ExecOutput,
+    NetworkSpec, NodePrivilege, RuntimeError, RuntimeResult,
 };
 
 /// Default engine socket.
 pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 /// Seconds bollard waits for the response headers of one request (streams are not limited).
+mod address;
 mod convert;
 mod errors;
 mod exec;
+
+use address::Endpoint;
+pub use address::EngineOptions;
 
 use convert::{create_body, info_from_inspect, info_from_summary};
 use errors::{chain, classify};
@@ -105,33 +109,52 @@ impl std::fmt::Debug for BollardRuntime {
 }
 
 impl BollardRuntime {
-    /// Connect to `docker_host` (`unix:///path`, `/path`, `tcp://host:port` or `http://host:port`;
-    /// default [`DEFAULT_SOCKET`]) and negotiate the API version with the engine.
+    /// Connect to `docker_host` (a unix socket or loopback TCP; default [`DEFAULT_SOCKET`]) and
+    /// negotiate the API version with the engine.
     pub async fn connect(docker_host: Option<&str>) -> Result<Self, RuntimeError> {
-        let host = docker_host
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .unwrap_or(DEFAULT_SOCKET);
-        let connected = if host.starts_with("unix://") || host.starts_with('/') {
-            Docker::connect_with_unix(host, REQUEST_TIMEOUT_SECS, API_DEFAULT_VERSION)
-        } else if host.starts_with("tcp://") || host.starts_with("http://") {
-            Docker::connect_with_http(host, REQUEST_TIMEOUT_SECS, API_DEFAULT_VERSION)
-        } else {
-            return Err(RuntimeError::Rejected(format!(
-                "unsupported docker host {host:?}: expected unix://, tcp:// or http://"
-            )));
+        Self::connect_with(&EngineOptions::host(docker_host)).await
+    }
+
+    /// Connect as `options` say (see [`EngineOptions`]) and negotiate the API version.
+    pub async fn connect_with(options: &EngineOptions) -> Result<Self, RuntimeError> {
+        let shown = options.display();
+        let connected = match options.endpoint().map_err(RuntimeError::Rejected)? {
+            Endpoint::Unix(path) => {
+                Docker::connect_with_unix(&path, REQUEST_TIMEOUT_SECS, API_DEFAULT_VERSION)
+            }
+            Endpoint::Plain(addr) => {
+                Docker::connect_with_http(&addr, REQUEST_TIMEOUT_SECS, API_DEFAULT_VERSION)
+            }
+            Endpoint::Tls { addr, cert_dir } => {
+                for file in ["ca.pem", "cert.pem", "key.pem"] {
+                    if !cert_dir.join(file).is_file() {
+                        return Err(RuntimeError::Rejected(format!(
+                            "TLS to {shown}: {} is missing (DOCKER_CERT_PATH must hold ca.pem, cert.pem and key.pem)",
+                            cert_dir.join(file).display()
+                        )));
+                    }
+                }
+                Docker::connect_with_ssl(
+                    &addr,
+                    &cert_dir.join("key.pem"),
+                    &cert_dir.join("cert.pem"),
+                    &cert_dir.join("ca.pem"),
+                    REQUEST_TIMEOUT_SECS,
+                    API_DEFAULT_VERSION,
+                )
+            }
         };
         let docker = connected
-            .map_err(|e| RuntimeError::Unavailable(format!("connect to {host}: {}", chain(&e))))?;
+            .map_err(|e| RuntimeError::Unavailable(format!("connect to {shown}: {}", chain(&e))))?;
         let docker = docker
             .negotiate_version()
             .await
-            .map_err(|e| classify(&format!("negotiate API version with {host}"), e))?;
+            .map_err(|e| classify(&format!("negotiate API version with {shown}"), e))?;
         let runtime = Self {
             docker,
             network_lock: Mutex::new(()),
             calls: std::array::from_fn(|_| AtomicU64::new(0)),
-            endpoint: host.to_string(),
+            endpoint: shown,
         };
         runtime.count(Op::Version);
         Ok(runtime)
