@@ -28,11 +28,14 @@
 #   image        hack/build-image.sh; the image runs like the pod (the Deployment's args, the
 #                Docker socket, root without capabilities, read-only root filesystem), with
 #                --network host and a token of the ServiceAccount of config/rbac; /healthz and
-#                /readyz answer 200, the leader-election Lease appears, no 403 in the log
+#                /readyz answer 200, the leader-election Lease appears, no 403 in the log;
+#                then it reconciles a DockerCluster of its own to Ready (a load balancer on
+#                its own network) and deletes it with its container (check_reconcile)
 # Created on the plane, and removed at the end: the renamed ClusterClass and its templates
 # (topology check, labelled); for the image check, config/rbac under names
 # prefixed capd-rs-packaging-<pid>- (labelled capd-rs.test/run=packaging; the manager runs with
-# that ServiceAccount's token) and the manager's Lease; our CRDs, if they were absent (labelled).
+# that ServiceAccount's token), the manager's Lease, one Cluster and DockerCluster named
+# capd-rs-packaging-<pid>; our CRDs, if they were absent (labelled).
 # The dry-runs use the `default` namespace: the plane has no namespace controller, so a
 # namespace deleted there would never go away.
 # Tools: kubectl ($KUBECTL, else hack/build-binaries.sh's), clusterctl ($CLUSTERCTL, else
@@ -107,6 +110,13 @@ cleanup() {
     docker rm -f "$CONTAINER" >/dev/null 2>&1
     "$KUBECTL" delete lease -n "$TEST_NS" "$LEASE" --ignore-not-found >/dev/null 2>&1
   fi
+  # (|| true: the ERR trap of lib.sh fires on any failing command, set -e or not.)
+  if [[ -f "$WORK/created-cluster" ]]; then
+    "$KUBECTL" patch -n "$TEST_NS" "dockercluster/$RUN_ID" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+    "$KUBECTL" delete -n "$TEST_NS" "dockercluster/$RUN_ID" "cluster/$RUN_ID" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  fi
+  docker ps -aq --filter "label=$TEST_LABEL_KEY=$TEST_LABEL_VALUE" | xargs -r docker rm -f >/dev/null 2>&1 || true
+  docker network rm "$RUN_ID" >/dev/null 2>&1 || true
   if [[ -f "$WORK/created-topology" ]]; then
     "$KUBECTL" delete -f "$WORK/topology-class.yaml" --ignore-not-found --wait=false >/dev/null 2>&1
   fi
@@ -435,6 +445,11 @@ check_image() {
     objects "$WORK/components-defaults.yaml" '{{.kind}}|{{with .spec}}{{with .template}}{{range .spec.containers}}{{if eq .name "manager"}}{{range .args}}{{.}}{{"\n"}}{{end}}{{end}}{{end}}{{end}}{{end}}{{"\n"}}' \
       | sed 's/^[A-Za-z]*|//' | grep '^--')
   ((${#args[@]} > 0)) || fail "could not read the manager args from the components"
+  # And its literal environment variables (those with a value, not a fieldRef).
+  local envs=() e
+  while IFS= read -r e; do envs+=(-e "$e"); done < <(
+    objects "$WORK/components-defaults.yaml" '{{.kind}}|{{with .spec}}{{with .template}}{{range .spec.containers}}{{if eq .name "manager"}}{{range .env}}{{if .value}}{{.name}}={{.value}}{{"\n"}}{{end}}{{end}}{{end}}{{end}}{{end}}{{end}}{{"\n"}}' \
+      | sed 's/^[A-Za-z]*|//' | grep '=')
   port=$(free_port) || fail "no free port for --health-addr"
   if [[ "$port" != 9440 ]]; then
     log "port 9440 is busy on this host: the container listens on port $port instead"
@@ -443,11 +458,18 @@ check_image() {
       if [[ "${args[$i]}" == --health-addr=* ]]; then args[$i]="${args[$i]%:*}:$port"; fi
     done
   fi
-  # Keep this manager away from everyone else's objects on the shared plane: it watches a
-  # namespace nobody uses, only objects carrying a watch-filter label nobody sets, and takes
-  # its own Lease (in POD_NAMESPACE, as in the pod).
-  args+=("--namespace=$RUN_ID" "--watch-filter=$RUN_ID" "--leader-elect-lease-name=$LEASE")
+  # Keep this manager away from everyone else's objects on the shared plane: it watches only
+  # objects carrying a watch-filter label nobody else sets, and takes its own Lease (in
+  # POD_NAMESPACE, as in the pod).
+  # It does reconcile one DockerCluster of its own (check_reconcile), on its own network, its
+  # containers labelled for the cleanup.
+  for i in "${!args[@]}"; do
+    if [[ "${args[$i]}" == --docker-network=* ]]; then args[$i]="--docker-network=$RUN_ID"; fi
+  done
+  args+=("--namespace=$TEST_NS" "--watch-filter=$RUN_ID" "--leader-elect-lease-name=$LEASE"
+    "--container-label=$TEST_LABEL_KEY=$TEST_LABEL_VALUE")
   echo "    args: ${args[*]}"
+  echo "    env: ${envs[*]}"
 
   # The manager authenticates as the ServiceAccount of config/rbac, bound to exactly the
   # roles of config/rbac: a missing permission shows up as a 403 here.
@@ -479,7 +501,7 @@ EOF
   docker run -d --name "$CONTAINER" --label "$TEST_LABEL_KEY=$TEST_LABEL_VALUE" \
     --network host --user 0 --cap-drop ALL --security-opt no-new-privileges --read-only --tmpfs /tmp \
     -v /var/run/docker.sock:/var/run/docker.sock -v "$WORK/kubeconfig:/etc/capd-rs/kubeconfig:ro" \
-    -e KUBECONFIG=/etc/capd-rs/kubeconfig -e POD_NAMESPACE="$TEST_NS" -e POD_NAME="$CONTAINER" -e DOCKER_HOST= \
+    "${envs[@]}" -e KUBECONFIG=/etc/capd-rs/kubeconfig -e POD_NAMESPACE="$TEST_NS" -e POD_NAME="$CONTAINER" -e DOCKER_HOST= \
     "$IMAGE" "${args[@]}" >/dev/null || fail "docker run failed"
   local path code deadline
   for path in /healthz /readyz; do
@@ -512,7 +534,48 @@ EOF
   "$KUBECTL" get lease -n "$TEST_NS" "$LEASE" >/dev/null 2>&1 \
     || fail "no Lease $TEST_NS/$LEASE: leader election did not work with the RBAC of config/rbac"
   echo "    leader-election Lease $TEST_NS/$LEASE held; no permission errors in the log"
+  check_reconcile
+  docker logs "$CONTAINER" > "$WORK/manager.log" 2>&1
+  if grep -Eiq 'forbidden|\b403\b' "$WORK/manager.log"; then
+    grep -Ei 'forbidden|\b403\b' "$WORK/manager.log" | head -10 | cut -c1-300 | sed 's/^/    | /'
+    fail "the manager hit permission errors with the RBAC of config/rbac while reconciling"
+  fi
   tail -n 5 "$WORK/manager.log" | sed 's/^/    | /'
+}
+
+# The image's manager, under the shipped RBAC, reconciles a DockerCluster: load balancer,
+# finalizer and Ready; deleting it removes the container and the finalizer.
+check_reconcile() {
+  local name=$RUN_ID uid
+  "$KUBECTL" apply -f - >/dev/null <<EOF || fail "could not create the Cluster"
+apiVersion: cluster.x-k8s.io/v1beta2
+kind: Cluster
+metadata: {name: $name, namespace: $TEST_NS, labels: {cluster.x-k8s.io/watch-filter: $RUN_ID}}
+spec:
+  clusterNetwork: {pods: {cidrBlocks: [192.168.0.0/16]}, services: {cidrBlocks: [10.128.0.0/12]}}
+  infrastructureRef: {apiGroup: infrastructure.cluster.x-k8s.io, kind: DockerCluster, name: $name}
+EOF
+  echo true > "$WORK/created-cluster"
+  uid=$("$KUBECTL" get cluster -n "$TEST_NS" "$name" -o jsonpath='{.metadata.uid}')
+  "$KUBECTL" apply -f - >/dev/null <<EOF || fail "could not create the DockerCluster"
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta2
+kind: DockerCluster
+metadata:
+  name: $name
+  namespace: $TEST_NS
+  labels: {cluster.x-k8s.io/watch-filter: $RUN_ID, cluster.x-k8s.io/cluster-name: $name}
+  ownerReferences: [{apiVersion: cluster.x-k8s.io/v1beta2, kind: Cluster, name: $name, uid: $uid}]
+spec: {}
+EOF
+  "$KUBECTL" wait -n "$TEST_NS" "dockercluster/$name" --for=condition=Ready --timeout=90s >/dev/null \
+    || fail "the DockerCluster did not become Ready under the shipped RBAC"
+  docker inspect -f '{{.State.Running}}' "$name-lb" 2>/dev/null | grep -q true \
+    || fail "no running load-balancer container $name-lb"
+  "$KUBECTL" delete -n "$TEST_NS" "dockercluster/$name" --timeout=60s >/dev/null \
+    || fail "the DockerCluster was not deleted (finalizer left?)"
+  ! docker inspect "$name-lb" >/dev/null 2>&1 || fail "the load balancer outlived its DockerCluster"
+  "$KUBECTL" delete -n "$TEST_NS" "cluster/$name" --wait=false >/dev/null
+  echo "    DockerCluster $TEST_NS/$name: Ready with its load balancer, then deleted with it"
 }
 
 # --- run -----------------------------------------------------------------------------------

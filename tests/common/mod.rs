@@ -368,6 +368,14 @@ impl TestEnv {
             eprintln!("---- manager log ({}) ----\n{}", self.id, tail(&logs, 150));
             std::panic::resume_unwind(e.into_panic());
         }
+        // The manager runs as the shipped ServiceAccount: a request its rules do not allow is a
+        // bug in config/rbac, whatever the test was about.
+        let forbidden: Vec<&str> = logs.lines().filter(|l| l.contains("forbidden")).collect();
+        assert!(
+            forbidden.is_empty(),
+            "the manager was refused a request under the shipped RBAC:\n{}",
+            forbidden.join("\n")
+        );
     }
 }
 
@@ -423,6 +431,29 @@ pub fn capi(kind: &str) -> ApiResource {
 }
 
 impl TestEnvRef {
+    /// Create Cluster + DockerCluster and wait until the DockerCluster is provisioned; then play
+    /// CAPI core and mark the Cluster's infrastructure provisioned. Returns the DockerCluster.
+    pub async fn provisioned_cluster(&self, ns: &str, name: &str) -> DockerCluster {
+        let cluster = self.create_cluster(ns, name, false).await;
+        self.create_docker_cluster(ns, &cluster, json!({})).await;
+        let dc = eventually(
+            Duration::from_secs(90),
+            "DockerCluster provisioned",
+            || async {
+                self.docker_cluster(ns, name).await.filter(|dc| {
+                    dc.status
+                        .as_ref()
+                        .and_then(|s| s.initialization.as_ref())
+                        .and_then(|i| i.provisioned)
+                        == Some(true)
+                })
+            },
+        )
+        .await;
+        self.mark_infrastructure_provisioned(ns, name).await;
+        dc
+    }
+
     /// Total reconciles the manager has run, from its /metrics.
     pub async fn reconciles(&self) -> u64 {
         self.metric("capd_reconcile_total{").await
@@ -441,6 +472,19 @@ impl TestEnvRef {
             .filter(|l| l.starts_with(prefix))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
+    }
+
+    /// Reconciles of the object named `name` so far, from the manager's debug log (each one
+    /// logs "reconciled" with the object's reference, or "reconcile failed" with it in the error).
+    pub fn reconciles_of(&self, name: &str) -> usize {
+        let (debug_ref, display_ref) = (format!("name: \"{name}\""), format!("/{name}."));
+        self.manager_log()
+            .lines()
+            .filter(|l| {
+                (l.contains("reconciled") && l.contains(&debug_ref))
+                    || (l.contains("reconcile failed") && l.contains(&display_ref))
+            })
+            .count()
     }
 
     pub fn manager_log(&self) -> String {

@@ -1,0 +1,309 @@
+//! Deletion paths, each asserting what a user sees and, where it matters, the order of things
+//! (contract.md §6 items 9 and 25): the finalizer comes before any container; a control-plane
+//! node leaves the load balancer before its container goes; with Docker down a deleting object
+//! keeps its finalizer and says why; deletion during a bootstrap, and after the owner Machine
+//! is gone, still removes the container.
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use capd::api::{DockerCluster, DockerMachine};
+use common::{docker_proxy::DockerProxy, *};
+use kube::{Api, ResourceExt, api::DeleteParams};
+use serde_json::json;
+
+const LONG: Duration = Duration::from_secs(90);
+const BOOTSTRAP_OK: &str = include_str!("fixtures/bootstrap-ok.yaml");
+const DC_FINALIZER: &str = "dockercluster.infrastructure.cluster.x-k8s.io";
+const DM_FINALIZER: &str = "dockermachine.infrastructure.cluster.x-k8s.io";
+
+fn node() -> serde_json::Value {
+    json!({"customImage": NODE_IMAGE})
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// `(time in ns, container name, action)` of the engine's events for `containers` since `since`.
+fn docker_events(since: f64, containers: &[&str]) -> Vec<(u128, String, String)> {
+    let mut args = vec![
+        "events".to_string(),
+        "--since".into(),
+        format!("{since:.3}"),
+        "--until".into(),
+        format!("{:.3}", unix_now()),
+        "--format".into(),
+        "{{.TimeNano}} {{.Actor.Attributes.name}} {{.Action}}".into(),
+    ];
+    for c in containers {
+        args.extend(["--filter".into(), format!("container={c}")]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    docker_cli_output(&args)
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ' ');
+            Some((
+                parts.next()?.parse().ok()?,
+                parts.next()?.to_string(),
+                parts.next()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizers_first_and_kept_while_docker_is_down() {
+    let mut env = TestEnv::new("delq").await;
+    let proxy = DockerProxy::start(&env.id);
+    env.start_manager(&[], Some(&proxy.host()));
+    let r = TestEnvRef {
+        id: env.id.clone(),
+        client: env.client.clone(),
+        network: env.network.clone(),
+        health_port: env.manager.as_ref().unwrap().health_port,
+    };
+    eventually(LONG, "manager ready", || async {
+        reqwest::get(format!("http://127.0.0.1:{}/readyz", r.health_port))
+            .await
+            .ok()
+            .filter(|resp| resp.status() == 200)
+    })
+    .await;
+    let ns = r.namespace("a").await;
+    let name = format!("{}-c", env.id);
+    let lb = format!("{name}-lb");
+    let cp = format!("{name}-cp");
+
+    // Item 9: with the engine cut off, the finalizer still comes (it needs only the API
+    // server), and no container exists: it is there before any Docker object could be.
+    proxy.down();
+    let cluster = r.create_cluster(&ns, &name, false).await;
+    r.create_docker_cluster(&ns, &cluster, json!({})).await;
+    let dc = eventually(LONG, "finalizer while Docker is down", || async {
+        r.docker_cluster(&ns, &name)
+            .await
+            .filter(|dc| dc.finalizers().iter().any(|f| f == DC_FINALIZER))
+    })
+    .await;
+    assert!(!dc.cond_true("Ready"));
+    assert!(inspect(&docker().await, &lb).await.is_none());
+    proxy.up();
+
+    env.run(|env| async move {
+        let docker = docker().await;
+        eventually(LONG, "DockerCluster Ready", || async {
+            env.docker_cluster(&ns, &name)
+                .await
+                .filter(|dc| dc.cond_true("Ready"))
+        })
+        .await;
+        env.mark_infrastructure_provisioned(&ns, &name).await;
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
+            .await;
+        env.create_machine(&ns, &name, &cp, true, Some("boot"), node())
+            .await;
+        let dm = eventually(LONG, "control-plane machine provisioned", || async {
+            env.docker_machine(&ns, &cp).await.filter(fully_provisioned)
+        })
+        .await;
+        assert!(dm.finalizers().iter().any(|f| f == DM_FINALIZER));
+        eventually(LONG, "CP backend in haproxy.cfg", || async {
+            exec(&docker, &lb, "cat /usr/local/etc/haproxy/haproxy.cfg")
+                .await
+                .1
+                .contains(&format!("server {cp} "))
+                .then_some(())
+        })
+        .await;
+
+        // Item 25 with Docker down: deleting, the machine keeps its finalizer and container and
+        // says so with Ready=False, reason Deleting, for as long as the engine is away.
+        proxy.down();
+        let deleting_since = unix_now();
+        let dms: Api<DockerMachine> = Api::namespaced(env.client.clone(), &ns);
+        dms.delete(&cp, &DeleteParams::default()).await.unwrap();
+        let dm = eventually(LONG, "Ready=False, Deleting", || async {
+            env.docker_machine(&ns, &cp)
+                .await
+                .filter(|dm| dm.has_reason("Ready", "Deleting"))
+        })
+        .await;
+        assert!(dm.metadata.deletion_timestamp.is_some());
+        never(
+            Duration::from_secs(5),
+            "the DockerMachine let go while Docker is down",
+            || async {
+                env.docker_machine(&ns, &cp)
+                    .await
+                    .is_none_or(|dm| !dm.finalizers().iter().any(|f| f == DM_FINALIZER))
+            },
+        )
+        .await;
+        assert!(
+            inspect(&docker, &cp).await.is_some(),
+            "the container waits too"
+        );
+
+        // Back: the node leaves the load balancer (a reload of the LB) before its container is
+        // destroyed, then the object goes.
+        proxy.up();
+        eventually(LONG, "DockerMachine gone", || async {
+            env.docker_machine(&ns, &cp).await.is_none().then_some(())
+        })
+        .await;
+        assert!(inspect(&docker, &cp).await.is_none());
+        let events = docker_events(deleting_since, &[&lb, &cp]);
+        let destroyed = events
+            .iter()
+            .find(|(_, n, a)| *n == cp && a == "destroy")
+            .unwrap_or_else(|| panic!("no destroy event for {cp}: {events:?}"))
+            .0;
+        assert!(
+            events
+                .iter()
+                .any(|(t, n, a)| *n == lb && a == "kill" && *t < destroyed),
+            "the LB was reloaded without {cp} before {cp} was destroyed: {events:?}"
+        );
+        assert!(
+            !exec(&docker, &lb, "cat /usr/local/etc/haproxy/haproxy.cfg")
+                .await
+                .1
+                .contains(&format!("server {cp} "))
+        );
+
+        // The same for the cluster: Docker down, the DockerCluster waits with its finalizer.
+        proxy.down();
+        let dcs: Api<DockerCluster> = Api::namespaced(env.client.clone(), &ns);
+        dcs.delete(&name, &DeleteParams::default()).await.unwrap();
+        eventually(LONG, "DockerCluster Ready=False, Deleting", || async {
+            env.docker_cluster(&ns, &name)
+                .await
+                .filter(|dc| dc.has_reason("Ready", "Deleting"))
+        })
+        .await;
+        never(
+            Duration::from_secs(5),
+            "the DockerCluster let go while Docker is down",
+            || async {
+                env.docker_cluster(&ns, &name)
+                    .await
+                    .is_none_or(|dc| !dc.finalizers().iter().any(|f| f == DC_FINALIZER))
+            },
+        )
+        .await;
+        assert!(inspect(&docker, &lb).await.is_some());
+        proxy.up();
+        eventually(LONG, "DockerCluster gone with its LB", || async {
+            (env.docker_cluster(&ns, &name).await.is_none()
+                && inspect(&docker, &lb).await.is_none())
+            .then_some(())
+        })
+        .await;
+        drop(proxy);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_mid_bootstrap_and_after_the_machine_is_gone() {
+    let mut env = TestEnv::new("delb").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        env.provisioned_cluster(&ns, &name).await;
+        let dms: Api<DockerMachine> = Api::namespaced(env.client.clone(), &ns);
+
+        // A bootstrap that would run for 10 minutes: deletion does not wait for it.
+        let slow = "#cloud-config\nruncmd:\n- sleep 600\n";
+        env.create_secret(&ns, "slow", Some(slow), None).await;
+        let slow_dm = format!("{name}-slow");
+        env.create_machine(&ns, &name, &slow_dm, false, Some("slow"), node())
+            .await;
+        eventually(LONG, "bootstrap running", || async {
+            env.docker_machine(&ns, &slow_dm).await.filter(|dm| {
+                dm.cond("BootstrapExecSucceeded")
+                    .is_some_and(|c| c.reason == "Bootstrapping" && c.message.contains("sleep"))
+            })
+        })
+        .await;
+        let started = std::time::Instant::now();
+        dms.delete(&slow_dm, &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually(Duration::from_secs(30), "deleted mid-bootstrap", || async {
+            (env.docker_machine(&ns, &slow_dm).await.is_none()
+                && inspect(&docker, &slow_dm).await.is_none())
+            .then_some(())
+        })
+        .await;
+        println!("deleted mid-bootstrap in {:?}", started.elapsed());
+
+        // The owner Machine is gone first (an owner deleted by hand, or by a garbage collector
+        // that raced): deleting the DockerMachine still removes its container.
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
+            .await;
+        let w = format!("{name}-w");
+        env.create_machine(&ns, &name, &w, false, Some("boot"), node())
+            .await;
+        eventually(LONG, "worker provisioned", || async {
+            env.docker_machine(&ns, &w).await.filter(fully_provisioned)
+        })
+        .await;
+        let machines: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(env.client.clone(), &ns, &capi("Machine"));
+        machines.delete(&w, &DeleteParams::default()).await.unwrap();
+        eventually(LONG, "Machine gone", || async {
+            machines.get_opt(&w).await.unwrap().is_none().then_some(())
+        })
+        .await;
+        dms.delete(&w, &DeleteParams::default()).await.unwrap();
+        eventually(
+            LONG,
+            "ownerless DockerMachine deleted with its container",
+            || async {
+                (env.docker_machine(&ns, &w).await.is_none()
+                    && inspect(&docker, &w).await.is_none())
+                .then_some(())
+            },
+        )
+        .await;
+
+        // Never owned (contract item 8): no finalizer, so deletion is immediate, and nothing
+        // was created for it.
+        let orphan: DockerMachine = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
+            "metadata": {"name": "orphan", "labels": {"cluster.x-k8s.io/watch-filter": env.id}},
+            "spec": node()
+        }))
+        .unwrap();
+        dms.create(&Default::default(), &orphan).await.unwrap();
+        never(
+            Duration::from_secs(3),
+            "a finalizer on an ownerless DockerMachine",
+            || async {
+                env.docker_machine(&ns, "orphan")
+                    .await
+                    .is_some_and(|dm| !dm.finalizers().is_empty())
+            },
+        )
+        .await;
+        dms.delete("orphan", &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually(Duration::from_secs(10), "orphan gone", || async {
+            env.docker_machine(&ns, "orphan")
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    })
+    .await;
+}
