@@ -25,13 +25,13 @@ for n in "${NS_LIST[@]}"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, got '$n'"
 done
 
-BENCH_OUT=${BENCH_OUT:-$REPO_ROOT/target/bench.md}
+BENCH_OUT=${BENCH_OUT:-$TARGET_DIR/bench.md}
 IDLE=${BENCH_IDLE:-10}
 BENCH_IMAGE=${BENCH_IMAGE:-capd-rs/node:light}
 LB_IMAGE=${LB_IMAGE:-kindest/haproxy:v20230606-42a2262b}
 read -r -a EXTRA_ARGS <<<"${BENCH_MANAGER_ARGS:-}"
 LABEL_KEY=capd-rs.test/run
-MANAGER_BIN="$REPO_ROOT/target/release/manager"
+MANAGER_BIN="$TARGET_DIR/release/manager"
 LOG_DIR="${TMPDIR:-/tmp}/capd-rs-bench"
 CLK_TCK=$(getconf CLK_TCK)
 RUN_START=$SECONDS

@@ -85,7 +85,7 @@ if ! $SKIP_BUILD; then
   esac
   log "building the manager binary (cargo build --release --target $TRIPLE --bin manager)"
   (cd "$REPO_ROOT" && cargo build --release --target "$TRIPLE" --bin manager)
-  BIN="$REPO_ROOT/target/$TRIPLE/release/manager"
+  BIN="$TARGET_DIR/$TRIPLE/release/manager"
   [[ -x "$BIN" ]] || die "cargo did not produce $BIN"
   is_static "$BIN" || die "$BIN is dynamically linked; it cannot run in a FROM scratch image"
   mkdir -p "$(dirname "$STAGED")"

@@ -45,7 +45,7 @@ log "building the manager"
 cargo build --locked --bin manager
 if ! manager_running; then
   log "starting the manager (log: $DEMO_DIR/manager.log)"
-  nohup target/debug/manager --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
+  nohup "$TARGET_DIR/debug/manager" --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
     --docker-network=capd-rs-demo \
     --container-label="$DEMO_LABEL" >"$DEMO_DIR/manager.log" 2>&1 &
   echo $! >"$DEMO_DIR/manager.pid"

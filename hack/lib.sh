@@ -22,6 +22,9 @@ CAPI_VERSION=${CAPI_VERSION:-1.13.5}
 # Cache outside the repository: built binaries, images' rootfs tarballs, Go caches.
 CACHE_DIR=${CAPD_RS_CACHE:-$HOME/.cache/capd-rs}
 BIN_DIR="$CACHE_DIR/bin"
+# Where cargo puts what it builds: $CARGO_TARGET_DIR if set (hack/test.sh sets it to the cache,
+# so CI reuses compiled dependencies across clean clones), else the repository's target/.
+TARGET_DIR=${CARGO_TARGET_DIR:-$REPO_ROOT/target}
 # Runtime state of the local plane (certs, data, pid files, logs, kubeconfig).
 PLANE_DIR=${CAPD_RS_PLANE:-$CACHE_DIR/plane}
 KUBECONFIG_PATH="$PLANE_DIR/kubeconfig"

@@ -2,7 +2,8 @@
 # Builds the kind-style node image kindest/node:v$K8S_VERSION offline, from the registries this
 # project reaches: the tag the provider's kind mapping picks for a Machine of that version, so
 # templates need no customImage. Cached: nothing is rebuilt while the image carries the label of
-# the current recipe (versions, these scripts, hack/node-image/, podnet's source).
+# the current recipe (versions, these scripts, hack/node-image/, podnet's source and normal
+# dependencies).
 #   hack/node-image.sh            # build if missing or stale, then check it
 #   hack/node-image.sh check      # only check the present image
 #   K8S_VERSION=1.35.3 hack/node-image.sh   # another Kubernetes version (upgrade tests)
@@ -28,11 +29,13 @@ FILES="$HACK_DIR/node-image"
 WORK="$CACHE_DIR/node-image-v$K8S_VERSION"
 K8S_BIN="$BIN_DIR/k8s-v$K8S_VERSION"
 
-# Everything that shapes the image; a change rebuilds it.
+# Everything that shapes the image; a change rebuilds it. Of the Rust dependencies, only the
+# normal ones (podnet is built from them): a test-only dependency changes nothing here.
 recipe() {
   {
     echo "$K8S_VERSION $ETCD_VERSION $COREDNS_VERSION $PODNET_IMAGE"
-    cat "$0" "$HACK_DIR/lib-image.sh" "$FILES"/* "$REPO_ROOT/src/bin/podnet.rs" "$REPO_ROOT/Cargo.lock"
+    cat "$0" "$HACK_DIR/lib-image.sh" "$FILES"/* "$REPO_ROOT/src/bin/podnet.rs"
+    (cd "$REPO_ROOT" && cargo tree --quiet --locked -e normal --prefix none --target x86_64-unknown-linux-gnu | sort -u)
   } | sha256sum | cut -c1-12
 }
 
@@ -140,7 +143,7 @@ build_components() {
     '{"Entrypoint":["/usr/local/bin/pause"],"User":"65535:65535"}'
   build_rootfs net-base "$NET_PACKAGES" customize_net
   component "$(kubeadm_image kube-proxy)" "$K8S_BIN/kube-proxy" "$ROOTFS_TARBALL"
-  component "$PODNET_IMAGE" "$REPO_ROOT/target/release/podnet" "$ROOTFS_TARBALL" \
+  component "$PODNET_IMAGE" "$TARGET_DIR/release/podnet" "$ROOTFS_TARBALL" \
     '{"Entrypoint":["/usr/local/bin/podnet"]}'
   # Loaded on the host too (tests and `preLoadImages` use them); ours carry the plane label.
 }

@@ -7,6 +7,9 @@
 #   KEEP_PLANE=0 hack/test.sh   # also stop the local plane at the end (default: leave it up)
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
+# Compiled dependencies are kept in the cache: a clean clone (CI) rebuilds only this workspace.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$CACHE_DIR/cargo-target}
+TARGET_DIR=$CARGO_TARGET_DIR
 
 start=$SECONDS
 step() { log "[$((SECONDS - start))s] $*"; }
@@ -29,7 +32,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 hack/capi.sh down >/dev/null 2>&1 || true
 step "unit tests, CRD tests, Docker adapter tests, controller integration tests"
 # Every test manager records the API verbs it used here; tests/rbac.rs checks them at the end.
-rm -f target/tmp/rbac-usage.txt
+rm -f "$CARGO_TARGET_DIR/tmp/rbac-usage.txt"
 cargo test --locked --lib --bins --test crds --test docker_engine --test controllers --test deletion --test rbac --test hack_scripts
 cargo test --locked -p capd-runc-shim
 
