@@ -78,7 +78,7 @@ reconcile_errors() { awk '/^capd_reconcile_errors_total\{/ { sub(/^capd_reconcil
 
 # ---- per-run state (used by the EXIT trap) ----------------------------------------------------
 
-ID="" NS="" MANAGER_PID="" MANAGER_LOG="" PORT="" APPLY_PID=""
+ID="" NS="" MANAGER_PID="" MANAGER_LOG="" PORT="" APPLY_PID="" RBAC_FILE=""
 WATCH_PIDS=()
 WATCHED=(clusters.cluster.x-k8s.io dockerclusters machines.cluster.x-k8s.io dockermachines)
 
@@ -188,7 +188,9 @@ teardown() {
   cleanup_objects "$timeout"
   stop_manager
   cleanup_docker
-  NS="" ID=""
+  # The cluster-scoped half of the manager's RBAC (the rest went with the namespace).
+  [[ -n $RBAC_FILE ]] && k delete -f "$RBAC_FILE" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  NS="" ID="" RBAC_FILE=""
 }
 
 on_exit() {
@@ -352,8 +354,12 @@ run_one() {
   # setsid: a ^C in the terminal reaches this script only; the manager must live on to honour
   # the finalizers while the trap deletes the objects. (Not a group leader here, so setsid execs
   # in place and $! is the manager's own pid.)
+  # The manager runs as the shipped ServiceAccount, with exactly the permissions of config/rbac.
+  k create namespace "$NS" >/dev/null || fail "cannot create namespace $NS"
+  RBAC_FILE="$work/rbac.yaml"
+  shipped_rbac_kubeconfig "$work" "$NS" "$ID" "$LABEL_KEY=$ID" || fail "cannot set up the shipped RBAC for the manager"
   setsid "$MANAGER_BIN" \
-    --kubeconfig="$KUBECONFIG_PATH" \
+    --kubeconfig="$work/kubeconfig" \
     --watch-filter="$ID" \
     --container-label="$LABEL_KEY=$ID" \
     --docker-network="$network" \
@@ -371,7 +377,6 @@ run_one() {
   done
 
   # Cluster + DockerCluster.
-  k create namespace "$NS" >/dev/null || fail "cannot create namespace $NS"
   cluster_yaml | k apply -f - >/dev/null || fail "cannot create Cluster $CLUSTER"
   local cluster_uid
   cluster_uid=$(k -n "$NS" get clusters.cluster.x-k8s.io "$CLUSTER" -o jsonpath='{.metadata.uid}')

@@ -124,3 +124,42 @@ python_yaml() {
   python3 -m pip install --quiet --user PyYAML >&2 || die "cannot install PyYAML"
   echo python3
 }
+
+# shipped_rbac_kubeconfig <dir> <namespace> <prefix> <label key=value>: creates config/rbac on the
+# plane under names prefixed "<prefix>-" in <namespace> (labelled), and writes <dir>/kubeconfig
+# for its ServiceAccount (a 2 h token): a manager run with it has exactly the shipped
+# permissions. The objects are listed in <dir>/rbac.yaml; `kubectl delete -f` it to clean up.
+shipped_rbac_kubeconfig() {
+  local dir=$1 ns=$2 prefix=$3 label=$4 token server ca
+  local kc=(--kubeconfig "${KUBECONFIG:-$KUBECONFIG_PATH}")
+  mkdir -p "$dir/rbac"
+  cat > "$dir/rbac/kustomization.yaml" <<EOF
+namespace: $ns
+namePrefix: $prefix-
+labels:
+- pairs:
+    ${label%%=*}: ${label#*=}
+resources:
+- $(realpath --relative-to="$dir/rbac" "$REPO_ROOT/config/rbac")
+EOF
+  "$KUBECTL" kustomize "$dir/rbac" > "$dir/rbac.yaml"
+  "$KUBECTL" "${kc[@]}" create -f "$dir/rbac.yaml" >/dev/null
+  token=$("$KUBECTL" "${kc[@]}" create token "$prefix-manager" -n "$ns" --duration=2h)
+  server=$("$KUBECTL" "${kc[@]}" config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')
+  ca=$("$KUBECTL" "${kc[@]}" config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+  cat > "$dir/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: plane
+  cluster: {server: "$server", certificate-authority-data: "$ca"}
+users:
+- name: manager
+  user: {token: "$token"}
+contexts:
+- name: manager
+  context: {cluster: plane, user: manager, namespace: $ns}
+current-context: manager
+EOF
+  chmod 0644 "$dir/kubeconfig"
+}

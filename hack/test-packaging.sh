@@ -416,20 +416,6 @@ free_port() {
   return 1
 }
 
-# rbac_kustomization <dir>: config/rbac renamed for this run, into $TEST_NS, labelled.
-rbac_kustomization() {
-  mkdir -p "$1"
-  cat > "$1/kustomization.yaml" <<EOF
-namespace: $TEST_NS
-namePrefix: $RUN_ID-
-labels:
-- pairs:
-    $TEST_LABEL_KEY: $TEST_LABEL_VALUE
-resources:
-- $(realpath --relative-to="$1" "$REPO_ROOT/config/rbac")
-EOF
-}
-
 check_image() {
   command -v docker >/dev/null && docker info >/dev/null 2>&1 || fail "the Docker Engine is not reachable (hack/docker-engine.sh)"
   "$REPO_ROOT/hack/build-image.sh" "${BUILD_ARGS[@]}" "$IMAGE" || fail "hack/build-image.sh failed"
@@ -473,29 +459,9 @@ check_image() {
 
   # The manager authenticates as the ServiceAccount of config/rbac, bound to exactly the
   # roles of config/rbac: a missing permission shows up as a 403 here.
-  rbac_kustomization "$WORK/rbac"
-  "$KUBECTL" kustomize "$WORK/rbac" > "$WORK/rbac.yaml"
   echo true > "$WORK/created-rbac"
-  "$KUBECTL" create -f "$WORK/rbac.yaml" >/dev/null || fail "could not create the test RBAC objects"
-  local token server ca
-  token=$("$KUBECTL" create token "$RUN_ID-manager" -n "$TEST_NS" --duration=1h) || fail "kubectl create token failed"
-  server=$("$KUBECTL" config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')
-  ca=$("$KUBECTL" config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
-  cat > "$WORK/kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: plane
-  cluster: {server: "$server", certificate-authority-data: "$ca"}
-users:
-- name: manager
-  user: {token: "$token"}
-contexts:
-- name: manager
-  context: {cluster: plane, user: manager, namespace: $TEST_NS}
-current-context: manager
-EOF
-  chmod 0644 "$WORK/kubeconfig"
+  shipped_rbac_kubeconfig "$WORK" "$TEST_NS" "$RUN_ID" "$TEST_LABEL_KEY=$TEST_LABEL_VALUE" \
+    || fail "could not create the test RBAC objects and a token for their ServiceAccount"
 
   # Same confinement as the Deployment's securityContext: root, no capabilities, read-only root.
   docker run -d --name "$CONTAINER" --label "$TEST_LABEL_KEY=$TEST_LABEL_VALUE" \
