@@ -84,6 +84,27 @@ proc_pid() {
   echo "$pid"
 }
 
+# ready_or_gone <pidfile> <seconds> <what> <check...>: for a process of ours that is already
+# running, wait until the check passes (usable: returns 0) or the process exits (it was shutting
+# down, e.g. a kube-apiserver that drains its watches for up to a minute after a stop: returns 1,
+# so the caller starts a new one). No process of ours: returns 1 at once. Dies if neither happens
+# in time.
+ready_or_gone() {
+  local pidfile=$1 timeout=$2 what=$3 pid
+  shift 3
+  pid=$(proc_pid "$pidfile") || return 1
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      log "$what: the previous process (pid $pid) exited before it was ready; starting a new one"
+      rm -f "$pidfile"
+      return 1
+    fi
+    ((SECONDS < deadline)) || die "timed out after ${timeout}s waiting for $what"
+    sleep 0.5
+  done
+}
+
 # start_proc <pidfile> <logfile> <command...>: runs the command detached (own session, so it
 # outlives this script and ignores the terminal's ^C), appending to the log.
 start_proc() {

@@ -98,8 +98,7 @@ etcd_healthy() { [[ $(curl -sf --max-time 2 "http://127.0.0.1:$ETCD_PORT/health"
 apiserver_ready() { curl -sf --max-time 3 --cacert "$PKI_DIR/ca.crt" "$APISERVER_URL/readyz" >/dev/null; }
 
 start_etcd() {
-  if proc_pid "$ETCD_PID" >/dev/null; then
-    wait_for 30 "etcd health on 127.0.0.1:$ETCD_PORT (see $ETCD_LOG)" etcd_healthy
+  if ready_or_gone "$ETCD_PID" 30 "etcd health on 127.0.0.1:$ETCD_PORT (see $ETCD_LOG)" etcd_healthy; then
     return
   fi
   port_free "$ETCD_PORT" || die "port $ETCD_PORT is taken by a process this script did not start"
@@ -118,8 +117,7 @@ start_etcd() {
 }
 
 start_apiserver() {
-  if proc_pid "$APISERVER_PID" >/dev/null; then
-    wait_for 180 "kube-apiserver /readyz (see $APISERVER_LOG)" apiserver_ready
+  if ready_or_gone "$APISERVER_PID" 180 "kube-apiserver /readyz (see $APISERVER_LOG)" apiserver_ready; then
     return
   fi
   port_free "$APISERVER_PORT" || die "port $APISERVER_PORT is taken by a process this script did not start"
@@ -154,8 +152,7 @@ kcm_healthy() { curl -skf --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz" >/d
 # never happen and deleted namespaces stay Terminating forever (envtest's known gaps). Nothing
 # else (no scheduler, no node or workload controllers) is needed by a CAPI management cluster.
 start_kcm() {
-  if proc_pid "$KCM_PID" >/dev/null; then
-    wait_for 60 "kube-controller-manager /healthz (see $KCM_LOG)" kcm_healthy
+  if ready_or_gone "$KCM_PID" 60 "kube-controller-manager /healthz (see $KCM_LOG)" kcm_healthy; then
     return
   fi
   port_free "$KCM_PORT" || die "port $KCM_PORT is taken by a process this script did not start"

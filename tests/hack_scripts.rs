@@ -34,3 +34,53 @@ fn an_early_exit_names_what_failed() {
         "the failing command and its status are named: {stderr:?}"
     );
 }
+
+/// `hack/plane.sh up` right after a stop: a process still shutting down (kube-apiserver drains
+/// its watches for up to a minute) is waited for until it exits, then replaced; it used to be
+/// waited on for readiness it would never reach, until a timeout.
+#[test]
+fn a_process_that_exits_instead_of_getting_ready_is_replaced() {
+    let script = r#"
+        source hack/lib.sh
+        PLANE_DIR=$(mktemp -d)
+        # A stand-in for a dying server: ours (its command line names PLANE_DIR), never ready,
+        # gone in 2 s.
+        bash -c "exec -a 'fake-server $PLANE_DIR' sleep 2" >/dev/null 2>&1 &
+        echo $! > "$PLANE_DIR/pid"
+        never_ready() { false; }
+        always_ready() { true; }
+        start=$SECONDS
+        if ready_or_gone "$PLANE_DIR/pid" 60 "fake server" never_ready; then echo ready; else echo "replace after $((SECONDS - start))s"; fi
+        [[ -f "$PLANE_DIR/pid" ]] || echo "pidfile removed"
+        bash -c "exec -a 'fake-server $PLANE_DIR' sleep 5" >/dev/null 2>&1 &
+        echo $! > "$PLANE_DIR/pid"
+        if ready_or_gone "$PLANE_DIR/pid" 60 "fake server" always_ready; then echo "kept the ready one"; fi
+        if ready_or_gone "$PLANE_DIR/none" 60 "fake server" always_ready; then echo wrong; else echo "none running"; fi
+        kill %2 2>/dev/null || true
+        rm -rf "$PLANE_DIR"
+    "#;
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env(
+            "CAPD_RS_CACHE",
+            std::env::temp_dir().join("capd-rs-hack-test"),
+        )
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines.first().is_some_and(|l| l.starts_with("replace after ")),
+        "the dying process is replaced: {stdout:?} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let waited: u64 = lines[0]
+        .trim_start_matches("replace after ")
+        .trim_end_matches('s')
+        .parse()
+        .unwrap();
+    assert!(waited <= 5, "replaced once it exited, not at the timeout: {waited}s");
+    assert_eq!(&lines[1..], ["pidfile removed", "kept the ready one", "none running"]);
+}
