@@ -72,7 +72,9 @@ fn a_process_that_exits_instead_of_getting_ready_is_replaced() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(
-        lines.first().is_some_and(|l| l.starts_with("replace after ")),
+        lines
+            .first()
+            .is_some_and(|l| l.starts_with("replace after ")),
         "the dying process is replaced: {stdout:?} {}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -81,6 +83,12 @@ fn a_process_that_exits_instead_of_getting_ready_is_replaced() {
         .trim_end_matches('s')
         .parse()
         .unwrap();
-    assert!(waited <= 5, "replaced once it exited, not at the timeout: {waited}s");
-    assert_eq!(&lines[1..], ["pidfile removed", "kept the ready one", "none running"]);
+    assert!(
+        waited <= 5,
+        "replaced once it exited, not at the timeout: {waited}s"
+    );
+    assert_eq!(
+        &lines[1..],
+        ["pidfile removed", "kept the ready one", "none running"]
+    );
 }
