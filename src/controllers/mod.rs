@@ -200,7 +200,7 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     watcher::watcher(api, wc.clone())
-        .default_backoff()
+        .backoff(backoff::WatchBackoff::default())
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicate, Default::default())
@@ -228,7 +228,7 @@ where
         },
     );
     let source = watcher::watcher(api, wc.clone())
-        .default_backoff()
+        .backoff(backoff::WatchBackoff::default())
         .reflect(cache)
         .touched_objects();
     tokio::spawn(async move {
@@ -265,7 +265,7 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     watcher::watcher(api, wc.clone())
-        .default_backoff()
+        .backoff(backoff::WatchBackoff::default())
         .reflect(cache)
         .touched_objects()
         .predicate_filter(predicate, Default::default())
