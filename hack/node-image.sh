@@ -30,12 +30,14 @@ WORK="$CACHE_DIR/node-image-v$K8S_VERSION"
 K8S_BIN="$BIN_DIR/k8s-v$K8S_VERSION"
 
 # Everything that shapes the image; a change rebuilds it. Of the Rust dependencies, only the
-# normal ones (podnet is built from them): a test-only dependency changes nothing here.
+# normal ones (podnet is built from them), as name and version: a test-only dependency changes
+# nothing here, nor does where the repository is cloned (cargo tree prints local paths).
 recipe() {
   {
     echo "$K8S_VERSION $ETCD_VERSION $COREDNS_VERSION $PODNET_IMAGE"
     cat "$0" "$HACK_DIR/lib-image.sh" "$FILES"/* "$REPO_ROOT/src/bin/podnet.rs"
-    (cd "$REPO_ROOT" && cargo tree --quiet --locked -e normal --prefix none --target x86_64-unknown-linux-gnu | sort -u)
+    (cd "$REPO_ROOT" && cargo tree --quiet --locked -e normal --prefix none --target x86_64-unknown-linux-gnu) \
+      | sed 's/ (.*$//' | sort -u
   } | sha256sum | cut -c1-12
 }
 
