@@ -5,7 +5,7 @@ use std::{collections::HashMap, sync::Mutex, time::Duration};
 /// Delays between attempts to re-establish a broken watch: 0.25 s, doubling, at most 2 s; back to
 /// 0.25 s once the watch delivers again. kube's default grows to 30 s (and forgets its history
 /// only after 2 minutes without an error), so an API server restart left new objects unseen for
-/// up to half a minute after the server was back (measured: 19.5 s after a SIGKILL restart). A
+/// up to half a minute after the server was back (tests/faults.rs has the figures). A
 /// restart costs a watch several errors in a row even once the server answers (connection
 /// refused, then 403 until its authorizer has synced, then 410 Gone for the old
 /// resourceVersion), each adding a delay: hence the low cap. Six watches retrying every 2 s while
