@@ -357,7 +357,7 @@ run_one() {
   # The manager runs as the shipped ServiceAccount, with exactly the permissions of config/rbac.
   k create namespace "$NS" >/dev/null || fail "cannot create namespace $NS"
   RBAC_FILE="$work/rbac.yaml"
-  shipped_rbac_kubeconfig "$work" "$NS" "$ID" "$LABEL_KEY=$ID" || fail "cannot set up the shipped RBAC for the manager"
+  shipped_rbac_kubeconfig "$KUBECONFIG_PATH" "$work" "$NS" "$ID" "$LABEL_KEY=$ID" || fail "cannot set up the shipped RBAC for the manager"
   setsid "$MANAGER_BIN" \
     --kubeconfig="$work/kubeconfig" \
     --watch-filter="$ID" \

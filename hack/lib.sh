@@ -146,15 +146,16 @@ python_yaml() {
   echo python3
 }
 
-# shipped_rbac_kubeconfig <dir> <namespace> <prefix> <label key=value>: creates config/rbac on the
-# plane under names prefixed "<prefix>-" in <namespace> (labelled), and writes <dir>/kubeconfig
-# for its ServiceAccount (a 2 h token): a manager run with it has exactly the shipped
-# permissions. The objects are listed in <dir>/rbac.yaml; `kubectl delete -f` it to clean up.
+# shipped_rbac_kubeconfig <kubeconfig> <dir> <namespace> <prefix> <label key=value>: creates
+# config/rbac on the cluster of <kubeconfig> under names prefixed "<prefix>-" in <namespace>
+# (labelled), and writes <dir>/kubeconfig (mode 0600) for its ServiceAccount (a 2 h token): a
+# manager run with it has exactly the shipped permissions. The objects are listed in
+# <dir>/rbac.yaml; `kubectl delete -f` it to clean up. Callers use `|| fail`, which turns off
+# set -e and the ERR trap inside: each step returns on failure itself.
 shipped_rbac_kubeconfig() {
-  local dir=$1 ns=$2 prefix=$3 label=$4 token server ca
-  local kc=(--kubeconfig "${KUBECONFIG:-$KUBECONFIG_PATH}")
-  mkdir -p "$dir/rbac"
-  cat > "$dir/rbac/kustomization.yaml" <<EOF
+  local kc=(--kubeconfig "$1") dir=$2 ns=$3 prefix=$4 label=$5 token server ca
+  mkdir -p "$dir/rbac" || return 1
+  cat > "$dir/rbac/kustomization.yaml" <<EOF || return 1
 namespace: $ns
 namePrefix: $prefix-
 labels:
@@ -163,12 +164,13 @@ labels:
 resources:
 - $(realpath --relative-to="$dir/rbac" "$REPO_ROOT/config/rbac")
 EOF
-  "$KUBECTL" kustomize "$dir/rbac" > "$dir/rbac.yaml"
-  "$KUBECTL" "${kc[@]}" create -f "$dir/rbac.yaml" >/dev/null
-  token=$("$KUBECTL" "${kc[@]}" create token "$prefix-manager" -n "$ns" --duration=2h)
-  server=$("$KUBECTL" "${kc[@]}" config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}')
-  ca=$("$KUBECTL" "${kc[@]}" config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
-  cat > "$dir/kubeconfig" <<EOF
+  "$KUBECTL" kustomize "$dir/rbac" > "$dir/rbac.yaml" || return 1
+  "$KUBECTL" "${kc[@]}" create -f "$dir/rbac.yaml" >/dev/null || return 1
+  token=$("$KUBECTL" "${kc[@]}" create token "$prefix-manager" -n "$ns" --duration=2h) || return 1
+  server=$("$KUBECTL" "${kc[@]}" config view --raw --minify -o jsonpath='{.clusters[0].cluster.server}') || return 1
+  ca=$("$KUBECTL" "${kc[@]}" config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.certificate-authority-data}') || return 1
+  [[ -n $token && -n $server ]] || return 1
+  (umask 077 && cat > "$dir/kubeconfig" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -182,5 +184,5 @@ contexts:
   context: {cluster: plane, user: manager, namespace: $ns}
 current-context: manager
 EOF
-  chmod 0644 "$dir/kubeconfig"
+  ) || return 1
 }

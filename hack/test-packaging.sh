@@ -115,7 +115,7 @@ cleanup() {
     "$KUBECTL" patch -n "$TEST_NS" "dockercluster/$RUN_ID" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
     "$KUBECTL" delete -n "$TEST_NS" "dockercluster/$RUN_ID" "cluster/$RUN_ID" --ignore-not-found --wait=false >/dev/null 2>&1 || true
   fi
-  docker ps -aq --filter "label=$TEST_LABEL_KEY=$TEST_LABEL_VALUE" | xargs -r docker rm -f >/dev/null 2>&1 || true
+  docker ps -aq --filter "label=$TEST_LABEL_KEY=$RUN_ID" | xargs -r docker rm -f >/dev/null 2>&1 || true
   docker network rm "$RUN_ID" >/dev/null 2>&1 || true
   if [[ -f "$WORK/created-topology" ]]; then
     "$KUBECTL" delete -f "$WORK/topology-class.yaml" --ignore-not-found --wait=false >/dev/null 2>&1
@@ -453,14 +453,14 @@ check_image() {
     if [[ "${args[$i]}" == --docker-network=* ]]; then args[$i]="--docker-network=$RUN_ID"; fi
   done
   args+=("--namespace=$TEST_NS" "--watch-filter=$RUN_ID" "--leader-elect-lease-name=$LEASE"
-    "--container-label=$TEST_LABEL_KEY=$TEST_LABEL_VALUE")
+    "--container-label=$TEST_LABEL_KEY=$RUN_ID")
   echo "    args: ${args[*]}"
   echo "    env: ${envs[*]}"
 
   # The manager authenticates as the ServiceAccount of config/rbac, bound to exactly the
   # roles of config/rbac: a missing permission shows up as a 403 here.
   echo true > "$WORK/created-rbac"
-  shipped_rbac_kubeconfig "$WORK" "$TEST_NS" "$RUN_ID" "$TEST_LABEL_KEY=$TEST_LABEL_VALUE" \
+  shipped_rbac_kubeconfig "$PLANE_KUBECONFIG" "$WORK" "$TEST_NS" "$RUN_ID" "$TEST_LABEL_KEY=$TEST_LABEL_VALUE" \
     || fail "could not create the test RBAC objects and a token for their ServiceAccount"
 
   # Same confinement as the Deployment's securityContext: root, no capabilities, read-only root.

@@ -620,8 +620,9 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
     // Shaped like CABPK's data: the long command and the sentinel are one runcmd entry
     // (`kubeadm init ... && echo success > sentinel`), so the step in flight when the manager
     // dies still completes inside the node, and the new manager must not start it again.
-    // The step sleeps long enough that the kill below lands while it runs (asserted).
-    let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- sleep 12 && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
+    // The step runs until the test lets it finish (/tmp/go), so the kill below lands while it
+    // runs and the new manager is seen waiting for it, however slow the machine.
+    let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- until [ -e /tmp/go ]; do sleep 0.2; done && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
 
     r.namespace("a").await;
     r.provisioned_cluster(&ns, &name).await;
@@ -678,6 +679,7 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
             },
         )
         .await;
+        exec(&docker, &format!("{name}-cp"), "touch /tmp/go").await;
         let dm = eventually(LONG, "provisioned after restart", || async {
             env.docker_machine(&ns, &format!("{name}-cp"))
                 .await
@@ -1111,6 +1113,10 @@ async fn a_standby_manager_takes_over_when_the_leader_dies() {
         "the standby provisioned a new cluster {acting:?} after the leader died"
     );
     standby.record_rbac_usage().await;
+    assert!(
+        !standby.logs().contains("forbidden"),
+        "the standby was refused a request under the shipped RBAC"
+    );
     standby.terminate();
     env.run(|_| async {}).await;
 }

@@ -105,6 +105,7 @@ async fn finalizers_first_and_kept_while_docker_is_down() {
         env.mark_infrastructure_provisioned(&ns, &name).await;
         env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
             .await;
+        let machine_created = unix_now();
         env.create_machine(&ns, &name, &cp, true, Some("boot"), node())
             .await;
         let dm = eventually(LONG, "control-plane machine provisioned", || async {
@@ -117,6 +118,16 @@ async fn finalizers_first_and_kept_while_docker_is_down() {
                 .await
                 .1
                 .contains(&format!("server {cp} "))
+                .then_some(())
+        })
+        .await;
+
+        // The reload that added the node is over (its event is seen), so any LB reload after
+        // this point belongs to the deletion.
+        eventually(LONG, "the LB reload that added the node", || async {
+            docker_events(machine_created, &[&lb])
+                .iter()
+                .any(|(_, _, a)| a == "kill")
                 .then_some(())
         })
         .await;

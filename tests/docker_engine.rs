@@ -927,6 +927,14 @@ async fn remote_engine_over_tls_with_client_certificates() {
         Err(RuntimeError::Rejected(m)) => assert!(m.contains("ca.pem"), "{m}"),
         other => panic!("expected Rejected, got {other:?}"),
     }
+    // Garbage where the certificates should be: no connection (bollard reads such files as
+    // holding no certificate, so the handshake fails: retried, with the error in the log).
+    let garbage = dir.join("garbage");
+    std::fs::create_dir_all(&garbage).unwrap();
+    for file in ["ca.pem", "cert.pem", "key.pem"] {
+        std::fs::write(garbage.join(file), "not a PEM file").unwrap();
+    }
+    assert!(BollardRuntime::connect_with(&tls("garbage")).await.is_err());
     // Plain HTTP to the TLS port is not what TLS-verify users get.
     let plain = EngineOptions {
         tls_verify: false,
@@ -935,4 +943,33 @@ async fn remote_engine_over_tls_with_client_certificates() {
     assert!(BollardRuntime::connect_with(&plain).await.is_err());
     proxy.abort();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A user's host path that does not exist is refused by the engine (a structured mount), not
+/// created as a root-owned directory as a `Binds` string would be.
+#[tokio::test]
+async fn a_missing_host_path_is_refused_not_created() {
+    ensure_test_image().await;
+    with_run("nomnt", |id| async move {
+        let rt = runtime().await;
+        let network = ensure_test_network(&rt, &id).await;
+        let missing = std::env::temp_dir().join(format!("capd-rs-test-{id}-absent"));
+        let mut spec = plain_spec(&id, "m", &network, None);
+        spec.mounts = vec![BindMount {
+            host_path: missing.display().to_string(),
+            container_path: "/mnt/x".into(),
+            read_only: true,
+            create_host_path: false,
+        }];
+        match rt.create_and_start(&spec).await {
+            Err(RuntimeError::Rejected(m)) => assert!(m.contains("does not exist"), "{m}"),
+            other => panic!("expected Rejected, got {other:?}"),
+        }
+        assert!(
+            !missing.exists(),
+            "the engine created {}",
+            missing.display()
+        );
+    })
+    .await;
 }

@@ -87,7 +87,7 @@ pub struct Flags {
     #[arg(long, env = "DOCKER_HOST")]
     pub docker_host: Option<String>,
     /// Reach a tcp:// engine over TLS, verifying it and presenting a client certificate (any
-    /// non-empty value but "0" or "false" turns it on, as the docker CLI reads the variable).
+    /// non-empty value but "0" or "false" turns it on; the docker CLI also counts "0" as on).
     #[arg(long, env = "DOCKER_TLS_VERIFY")]
     pub docker_tls_verify: Option<String>,
     /// Directory with ca.pem, cert.pem and key.pem for --docker-tls-verify (default ~/.docker).

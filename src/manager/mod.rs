@@ -208,8 +208,10 @@ async fn wait_for_signal(shutdown: CancellationToken) {
     }
 }
 
-/// Connect to the Docker Engine, retrying (with the manager unready) until it answers. An engine
-/// that refuses us (TLS files missing or rejected) is not retried: a person must act.
+/// Connect to the Docker Engine, retrying (with the manager unready) until it answers. A client
+/// that cannot be built (TLS files missing or unreadable, a bad address) or a request the engine
+/// refuses is not retried: a person must act. A TLS handshake the engine refuses looks like a
+/// network failure and is retried, with the error in the log.
 async fn connect_docker(
     engine: &EngineOptions,
     shutdown: &CancellationToken,

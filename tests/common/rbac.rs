@@ -171,11 +171,24 @@ async fn kubeconfig_for(client: &Client, sa: &str) -> PathBuf {
         other: Default::default(),
     }];
     kc.current_context = Some(sa.to_string());
+    // One file per call (parallel tests' managers read theirs while another is written), and
+    // only for this user: it holds a token that can read every Secret on the plane.
+    static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let path = std::env::temp_dir().join(format!(
-        "capd-rs-test-{sa}-{}.kubeconfig",
+        "capd-rs-test-{sa}-{}-{n}.kubeconfig",
         std::process::id()
     ));
-    std::fs::write(&path, serde_yaml_ng::to_string(&kc).unwrap()).unwrap();
+    use std::{io::Write, os::unix::fs::OpenOptionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    file.write_all(serde_yaml_ng::to_string(&kc).unwrap().as_bytes())
+        .unwrap();
     path
 }
 

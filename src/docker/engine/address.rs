@@ -74,6 +74,15 @@ impl EngineOptions {
                 self.display()
             ));
         }
+        // Only host:port: credentials would be sent (and logged by the client library) and a
+        // query, fragment or backslash could make the host we check differ from the one the
+        // client connects to.
+        if rest.contains(['@', '?', '#', '\\']) {
+            return Err(format!(
+                "docker host {:?} must be {scheme}://host:port (no user, path query or fragment)",
+                self.display()
+            ));
+        }
         if self.tls_verify || scheme == "https" {
             if scheme == "http" {
                 return Err(format!(
@@ -99,16 +108,15 @@ impl EngineOptions {
     }
 }
 
-/// `tcp://user:pw@host:2376` → `tcp://host:2376`.
+/// `tcp://user:pw@host:2376` → `tcp://host:2376` (also without a scheme: `user:pw@host`).
 fn without_userinfo(host: &str) -> String {
-    match host.split_once("://") {
-        Some((scheme, rest)) => {
-            let authority_end = rest.find('/').unwrap_or(rest.len());
-            match rest[..authority_end].rfind('@') {
-                Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
-                None => host.to_string(),
-            }
-        }
+    let (scheme, rest) = match host.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), host),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}{}", &rest[at + 1..]),
         None => host.to_string(),
     }
 }
@@ -163,12 +171,22 @@ mod tests {
                 "{local}"
             );
         }
-        let err = opts("tcp://u:secret@10.0.0.5:2376").endpoint().unwrap_err();
+        let err = opts("tcp://10.0.0.5:2376").endpoint().unwrap_err();
         assert!(err.contains("refusing plain TCP"), "{err}");
         assert!(err.contains("DOCKER_TLS_VERIFY"), "{err}");
-        assert!(!err.contains("secret"), "userinfo leaked: {err}");
-        // A loopback look-alike in the userinfo is not loopback.
-        assert!(opts("tcp://127.0.0.1@10.0.0.5:2376").endpoint().is_err());
+        // Credentials, queries and fragments are refused (a loopback look-alike after them
+        // would pass the check while the client connects elsewhere), and never echoed.
+        for tricky in [
+            "tcp://u:secret@10.0.0.5:2376",
+            "tcp://127.0.0.1@10.0.0.5:2376",
+            "tcp://10.0.0.5:2375?@127.0.0.1",
+            "tcp://10.0.0.5:2375#@127.0.0.1",
+            "tcp://10.0.0.5:2375\\@127.0.0.1",
+        ] {
+            let err = opts(tricky).endpoint().unwrap_err();
+            assert!(err.contains("must be tcp://host:port"), "{tricky}: {err}");
+            assert!(!err.contains("secret"), "userinfo leaked: {err}");
+        }
         let allowed = EngineOptions {
             allow_plain_tcp: true,
             ..opts("tcp://10.0.0.5:2375")
@@ -215,5 +233,7 @@ mod tests {
             "tcp://h:1/p@q",
             "an @ after the authority is not userinfo"
         );
+        let err = opts("me:pw@host:2376").endpoint().unwrap_err();
+        assert!(err.contains("\"host:2376\""), "{err}");
     }
 }

@@ -144,8 +144,16 @@ impl BollardRuntime {
                 )
             }
         };
-        let docker = connected
-            .map_err(|e| RuntimeError::Unavailable(format!("connect to {shown}: {}", chain(&e))))?;
+        // Building the client touches no network: its errors are configuration errors
+        // (unreadable certificates, a bad address), except a socket that is not there yet (an
+        // engine still starting). The engine's answer (or silence) comes with the first request.
+        let docker = connected.map_err(|e| {
+            let message = format!("connect to {shown}: {}", chain(&e));
+            match e {
+                BollardError::SocketNotFoundError(_) => RuntimeError::Unavailable(message),
+                _ => RuntimeError::Rejected(message),
+            }
+        })?;
         let docker = docker
             .negotiate_version()
             .await
