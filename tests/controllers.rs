@@ -610,13 +610,7 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
     let id = env.id.clone();
     let ns = format!("{id}-a");
     let name = format!("{id}-c");
-    let client = env.client.clone();
-    let r = TestEnvRef {
-        id: id.clone(),
-        client,
-        network: env.network.clone(),
-        health_port: 0,
-    };
+    let r = env.handle();
     // Shaped like CABPK's data: the long command and the sentinel are one runcmd entry
     // (`kubeadm init ... && echo success > sentinel`), so the step in flight when the manager
     // dies still completes inside the node, and the new manager must not start it again.
@@ -724,23 +718,11 @@ async fn docker_outage_is_reported_and_recovered_from() {
     let mut env = TestEnv::new("outage").await;
     let proxy = common::docker_proxy::DockerProxy::start(&env.id);
     env.start_manager(&[], Some(&proxy.host()));
-    let r = TestEnvRef {
-        id: env.id.clone(),
-        client: env.client.clone(),
-        network: env.network.clone(),
-        health_port: 0,
-    };
+    let r = env.handle();
     let ns = r.namespace("a").await;
     let name = format!("{}-c", env.id);
     // Wait for the manager to be ready (it connected through the proxy), then cut the engine off.
-    let port = env.manager.as_ref().unwrap().health_port;
-    eventually(LONG, "manager ready", || async {
-        reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
-            .await
-            .ok()
-            .filter(|r| r.status() == 200)
-    })
-    .await;
+    r.manager_ready().await;
     proxy.down();
     let cluster = r.create_cluster(&ns, &name, false).await;
     r.create_docker_cluster(&ns, &cluster, json!({})).await;
@@ -833,12 +815,7 @@ async fn machine_waits_with_reasons_and_proceeds_on_watch_events() {
     let mut env = TestEnv::new("waits").await;
     env.start_manager(&[], None);
     let port = env.manager.as_ref().unwrap().health_port;
-    let r = TestEnvRef {
-        id: env.id.clone(),
-        client: env.client.clone(),
-        network: env.network.clone(),
-        health_port: port,
-    };
+    let r = env.handle();
     let ns = r.namespace("a").await;
     let name = format!("{}-c", env.id);
     let reason_of = |dm: Option<DockerMachine>| {
@@ -1076,12 +1053,7 @@ async fn a_standby_manager_takes_over_when_the_leader_dies() {
     let mut standby = env.spawn_another_manager("-b", &args);
     let standby_id = format!("{}-b", env.id);
 
-    let r = TestEnvRef {
-        id: env.id.clone(),
-        client: env.client.clone(),
-        network: env.network.clone(),
-        health_port: 0,
-    };
+    let r = env.handle();
     let ns = r.namespace("a").await;
     let first = format!("{}-one", env.id);
     r.provisioned_cluster(&ns, &first).await;

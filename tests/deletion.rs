@@ -61,19 +61,8 @@ async fn finalizers_first_and_kept_while_docker_is_down() {
     let mut env = TestEnv::new("delq").await;
     let proxy = DockerProxy::start(&env.id);
     env.start_manager(&[], Some(&proxy.host()));
-    let r = TestEnvRef {
-        id: env.id.clone(),
-        client: env.client.clone(),
-        network: env.network.clone(),
-        health_port: env.manager.as_ref().unwrap().health_port,
-    };
-    eventually(LONG, "manager ready", || async {
-        reqwest::get(format!("http://127.0.0.1:{}/readyz", r.health_port))
-            .await
-            .ok()
-            .filter(|resp| resp.status() == 200)
-    })
-    .await;
+    let r = env.handle();
+    r.manager_ready().await;
     let ns = r.namespace("a").await;
     let name = format!("{}-c", env.id);
     let lb = format!("{name}-lb");

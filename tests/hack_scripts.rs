@@ -1,5 +1,19 @@
 //! The hack/ scripts' shared behaviour, run with the real bash (no plane or Docker needed).
-use std::process::Command;
+use std::process::{Command, Output};
+
+/// Run `script` with the real bash from the repository root, with a scratch cache directory.
+fn bash(script: &str) -> Output {
+    Command::new("bash")
+        .arg("-c")
+        .arg(script)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env(
+            "CAPD_RS_CACHE",
+            std::env::temp_dir().join("capd-rs-hack-test"),
+        )
+        .output()
+        .expect("bash runs")
+}
 
 /// Under `set -e`, a failing pipeline whose stderr was discarded used to end a script without a
 /// word (e.g. reading the docker0 address where that bridge does not exist).
@@ -11,16 +25,7 @@ fn an_early_exit_names_what_failed() {
         a=$(address)
         echo "not reached"
     "#;
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env(
-            "CAPD_RS_CACHE",
-            std::env::temp_dir().join("capd-rs-hack-test"),
-        )
-        .output()
-        .expect("bash runs");
+    let out = bash(script);
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
@@ -59,16 +64,7 @@ fn a_process_that_exits_instead_of_getting_ready_is_replaced() {
         kill %2 2>/dev/null || true
         rm -rf "$PLANE_DIR"
     "#;
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(script)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env(
-            "CAPD_RS_CACHE",
-            std::env::temp_dir().join("capd-rs-hack-test"),
-        )
-        .output()
-        .expect("bash runs");
+    let out = bash(script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(

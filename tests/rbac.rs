@@ -43,12 +43,7 @@ fn the_namespaced_role_grants_what_the_cluster_role_grants() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manager_bound_to_the_namespaced_role_alone_provisions() {
     let mut env = TestEnv::new("nsrole").await;
-    let r = TestEnvRef {
-        id: env.id.clone(),
-        client: env.client.clone(),
-        network: env.network.clone(),
-        health_port: 0,
-    };
+    let r = env.handle();
     let ns = r.namespace("ns").await;
     let sa = format!("manager-ns-{}", env.id);
     env.manager_kubeconfig = namespaced_role_kubeconfig(&env.client, &sa, &ns).await;

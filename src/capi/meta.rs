@@ -21,6 +21,34 @@ pub fn is_externally_managed(meta: &ObjectMeta) -> bool {
         .is_some_and(|a| a.contains_key(MANAGED_BY_ANNOTATION))
 }
 
+/// What the contract's first checks say about an infrastructure object, before its owner is
+/// looked at (the same for every kind we reconcile).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ownership<'a> {
+    /// Externally managed (`cluster.x-k8s.io/managed-by`) and not ours to finish deleting.
+    External,
+    /// No owner reference of `owner_kind` yet (CAPI sets it); `deleting` says whether the
+    /// object is already being deleted.
+    Unowned { deleting: bool },
+    /// Owned by the CAPI object of this name.
+    Owned(&'a str),
+}
+
+/// The [`Ownership`] of an object with `meta`, whose finalizer is `finalizer`. A finalizer we
+/// added before a managed-by annotation appeared is still honoured (or deletion would hang and
+/// containers leak).
+pub fn ownership<'a>(meta: &'a ObjectMeta, finalizer: &str, owner_kind: &str) -> Ownership<'a> {
+    let deleting = meta.deletion_timestamp.is_some();
+    let ours_to_delete = deleting && meta.finalizers.iter().flatten().any(|f| f == finalizer);
+    if is_externally_managed(meta) && !ours_to_delete {
+        return Ownership::External;
+    }
+    match capi_owner(meta, owner_kind) {
+        Some(owner) => Ownership::Owned(&owner.name),
+        None => Ownership::Unowned { deleting },
+    }
+}
+
 /// Why an object is paused: `Cluster.spec.paused` and/or the paused annotation on the object
 /// (presence is enough). Empty when not paused.
 pub fn paused_reasons(cluster: Option<&Cluster>, meta: &ObjectMeta, kind: &str) -> Vec<String> {

@@ -56,22 +56,15 @@ pub enum Plan {
 /// Pure: the plan for `dc` whose owner Cluster (from the cache) is `cluster`.
 pub fn decide(dc: &DockerCluster, cluster: Option<Arc<Cluster>>) -> Plan {
     let deleting = dc.metadata.deletion_timestamp.is_some();
-    // A finalizer we added before the managed-by annotation appeared is still honoured (or
-    // deletion would hang and containers leak).
-    let ours_to_delete = deleting && dc.finalizers().iter().any(|f| f == FINALIZER);
-    if capi::is_externally_managed(&dc.metadata) && !ours_to_delete {
-        return Plan::LeaveAlone;
-    }
-    let Some(owner) = capi::capi_owner(&dc.metadata, "Cluster") else {
-        return if deleting {
-            Plan::DeleteOrphan
-        } else {
-            Plan::AwaitOwner
-        };
+    let owner = match capi::ownership(&dc.metadata, FINALIZER, "Cluster") {
+        capi::Ownership::External => return Plan::LeaveAlone,
+        capi::Ownership::Unowned { deleting: true } => return Plan::DeleteOrphan,
+        capi::Ownership::Unowned { deleting: false } => return Plan::AwaitOwner,
+        capi::Ownership::Owned(owner) => owner,
     };
     if cluster.is_none() && !deleting {
         let ns = dc.namespace().unwrap_or_default();
-        return Plan::Missing(format!("owner Cluster {ns}/{} not found", owner.name));
+        return Plan::Missing(format!("owner Cluster {ns}/{owner} not found"));
     }
     let paused = capi::paused_reasons(cluster.as_deref(), &dc.metadata, KIND);
     if !paused.is_empty() {
@@ -80,7 +73,7 @@ pub fn decide(dc: &DockerCluster, cluster: Option<Arc<Cluster>>) -> Plan {
     match cluster {
         Some(c) if !deleting => Plan::Normal(c),
         c => Plan::Delete {
-            cluster_name: c.map_or(owner.name.clone(), |c| c.name_any()),
+            cluster_name: c.map_or(owner.to_string(), |c| c.name_any()),
         },
     }
 }

@@ -181,6 +181,17 @@ impl TestEnv {
         env
     }
 
+    /// What a test body gets: the ids, clients and the current manager's health port (0 without
+    /// a manager).
+    pub fn handle(&self) -> TestEnvRef {
+        TestEnvRef {
+            id: self.id.clone(),
+            client: self.client.clone(),
+            network: self.network.clone(),
+            health_port: self.manager.as_ref().map_or(0, |m| m.health_port),
+        }
+    }
+
     /// Start the manager for this test (watch filter = test id, test label on containers).
     pub fn start_manager(&mut self, extra_args: &[&str], docker_host: Option<&str>) {
         let filter = format!("--watch-filter={}", self.id);
@@ -193,13 +204,7 @@ impl TestEnv {
     /// namespace (the end-to-end tests, where the real CAPI shares the plane).
     pub async fn with_namespaced_manager(prefix: &str) -> (Self, String) {
         let mut env = Self::new(prefix).await;
-        let r = TestEnvRef {
-            id: env.id.clone(),
-            client: env.client.clone(),
-            network: env.network.clone(),
-            health_port: 0,
-        };
-        let ns = r.namespace("ns").await;
+        let ns = env.handle().namespace("ns").await;
         env.start_manager_in_namespace(&ns);
         (env, ns)
     }
@@ -352,13 +357,7 @@ impl TestEnv {
         F: FnOnce(TestEnvRef) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let r = TestEnvRef {
-            id: self.id.clone(),
-            client: self.client.clone(),
-            network: self.network.clone(),
-            health_port: self.manager.as_ref().map_or(0, |m| m.health_port),
-        };
-        let result = tokio::spawn(body(r)).await;
+        let result = tokio::spawn(body(self.handle())).await;
         if let Some(m) = &self.manager {
             m.record_rbac_usage().await;
         }
@@ -435,6 +434,15 @@ pub fn capi(kind: &str) -> ApiResource {
 }
 
 impl TestEnvRef {
+    /// Wait until the manager's /readyz answers 200 (it reached the engine and the API server).
+    pub async fn manager_ready(&self) {
+        let url = format!("http://127.0.0.1:{}/readyz", self.health_port);
+        eventually(Duration::from_secs(90), "manager ready", || async {
+            reqwest::get(&url).await.ok().filter(|r| r.status() == 200)
+        })
+        .await;
+    }
+
     /// Create Cluster + DockerCluster and wait until the DockerCluster is provisioned; then play
     /// CAPI core and mark the Cluster's infrastructure provisioned. Returns the DockerCluster.
     pub async fn provisioned_cluster(&self, ns: &str, name: &str) -> DockerCluster {

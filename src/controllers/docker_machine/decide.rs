@@ -70,18 +70,11 @@ pub enum Normal {
 
 pub fn decide(dm: &DockerMachine, o: &Owners) -> Plan {
     let deleting = dm.metadata.deletion_timestamp.is_some();
-    // A finalizer we added before the managed-by annotation appeared is still honoured (or
-    // deletion would hang and containers leak).
-    let ours_to_delete = deleting && dm.finalizers().iter().any(|f| f == FINALIZER);
-    if capi::is_externally_managed(&dm.metadata) && !ours_to_delete {
-        return Plan::LeaveAlone;
-    }
-    if capi::capi_owner(&dm.metadata, "Machine").is_none() {
-        return if deleting {
-            Plan::DeleteOrphan
-        } else {
-            Plan::AwaitOwner
-        };
+    match capi::ownership(&dm.metadata, FINALIZER, "Machine") {
+        capi::Ownership::External => return Plan::LeaveAlone,
+        capi::Ownership::Unowned { deleting: true } => return Plan::DeleteOrphan,
+        capi::Ownership::Unowned { deleting: false } => return Plan::AwaitOwner,
+        capi::Ownership::Owned(_) => {}
     }
     let ns = dm.namespace().unwrap_or_default();
     if !deleting {

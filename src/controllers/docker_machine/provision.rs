@@ -293,15 +293,17 @@ impl Provisioning<'_> {
     async fn create_node(&self, owner: &labels::Owner<'_>, name: &str) -> Result<ContainerInfo> {
         let (b, dm, ctx) = (self.bound, self.dm, self.ctx);
         let version = b.machine.spec.version.as_deref().unwrap_or_default();
+        // A spec we cannot act on waits for the user to change it (a change triggers at once).
+        let invalid_spec = |message| {
+            Error::blocked(
+                types::CONTAINER_PROVISIONED,
+                reasons::INVALID_SPEC,
+                message,
+                ctx.settings.resync,
+            )
+        };
         let image = specs::node_image(version, dm.spec.custom_image.as_deref(), "kindest")
-            .map_err(|message| {
-                Error::blocked(
-                    types::CONTAINER_PROVISIONED,
-                    reasons::INVALID_SPEC,
-                    message,
-                    ctx.settings.resync,
-                )
-            })?;
+            .map_err(invalid_spec)?;
         ctx.runtime.ensure_image(&image).await?;
         ctx.runtime
             .ensure_network(&NetworkSpec {
@@ -319,14 +321,7 @@ impl Provisioning<'_> {
         if let Some(fd) = b.machine.failure_domain() {
             container_labels.insert(labels::FAILURE_DOMAIN.to_string(), fd.to_string());
         }
-        let mounts = extra_mounts(dm, &ctx.settings.host_paths).map_err(|message| {
-            Error::blocked(
-                types::CONTAINER_PROVISIONED,
-                reasons::INVALID_SPEC,
-                message,
-                ctx.settings.resync,
-            )
-        })?;
+        let mounts = extra_mounts(dm, &ctx.settings.host_paths).map_err(invalid_spec)?;
         let ipv6 = b.cluster.ip_family().is_ok_and(|f| f != IpFamily::V4);
         let spec = specs::node_container_spec(&specs::NodeParams {
             name,
