@@ -78,7 +78,7 @@ reconcile_errors() { awk '/^capd_reconcile_errors_total\{/ { sub(/^capd_reconcil
 
 # ---- per-run state (used by the EXIT trap) ----------------------------------------------------
 
-ID="" NS="" MANAGER_PID="" MANAGER_LOG="" PORT="" APPLY_PID="" RBAC_FILE=""
+ID="" NS="" MANAGER_PID="" MANAGER_LOG="" PORT="" APPLY_PID=""
 WATCH_PIDS=()
 WATCHED=(clusters.cluster.x-k8s.io dockerclusters machines.cluster.x-k8s.io dockermachines)
 
@@ -188,9 +188,15 @@ teardown() {
   cleanup_objects "$timeout"
   stop_manager
   cleanup_docker
-  # The cluster-scoped half of the manager's RBAC (the rest went with the namespace).
-  [[ -n $RBAC_FILE ]] && k delete -f "$RBAC_FILE" --ignore-not-found --wait=false >/dev/null 2>&1 || true
-  NS="" ID="" RBAC_FILE=""
+  delete_rbac
+  NS="" ID=""
+}
+
+# The cluster-scoped half of the run manager's RBAC (the rest goes with the namespace), by the
+# label shipped_rbac_kubeconfig put on it.
+delete_rbac() {
+  [[ -n $ID ]] || return 0
+  k delete clusterrole,clusterrolebinding -l "$LABEL_KEY=$ID" --ignore-not-found --wait=false >/dev/null 2>&1 || true
 }
 
 on_exit() {
@@ -356,7 +362,6 @@ run_one() {
   # in place and $! is the manager's own pid.)
   # The manager runs as the shipped ServiceAccount, with exactly the permissions of config/rbac.
   k create namespace "$NS" >/dev/null || fail "cannot create namespace $NS"
-  RBAC_FILE="$work/rbac.yaml"
   shipped_rbac_kubeconfig "$KUBECONFIG_PATH" "$work" "$NS" "$ID" "$LABEL_KEY=$ID" || fail "cannot set up the shipped RBAC for the manager"
   setsid "$MANAGER_BIN" \
     --kubeconfig="$work/kubeconfig" \
@@ -513,6 +518,7 @@ run_one() {
   printf '%s\n' "$d" >&2
   ((${BENCH_KEEP_LOGS:-0})) || rm -rf "$work" "$MANAGER_LOG"
   MANAGER_LOG=""
+  delete_rbac
   ID="" NS=""
 }
 
