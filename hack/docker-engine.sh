@@ -60,10 +60,14 @@ install_shim() {
   mv -f "$SHIM_BIN.new" "$SHIM_BIN"
 }
 
-DOCKERD_ARGS=()
+# Networks from 172.20.0.0/14 in /24s: Docker's default pools continue into 192.168.0.0/16
+# after 172.31 (its allocator moves on after each network, so a long-lived engine gets there),
+# and a node network inside the workload clusters' pod CIDR (192.168.0.0/16) breaks them.
+POOL_ARG=--default-address-pool=base=172.20.0.0/14,size=24
+DOCKERD_ARGS=("$POOL_ARG")
 if bounding_set_incomplete; then
   install_shim
-  DOCKERD_ARGS=(--add-runtime "$SHIM_RUNTIME=$SHIM_BIN" --default-runtime "$SHIM_RUNTIME")
+  DOCKERD_ARGS+=(--add-runtime "$SHIM_RUNTIME=$SHIM_BIN" --default-runtime "$SHIM_RUNTIME")
 fi
 
 our_dockerd_pid() {
@@ -73,10 +77,14 @@ our_dockerd_pid() {
 
 if docker info >/dev/null 2>&1; then
   runtime=$(docker info -f '{{.DefaultRuntime}}' 2>/dev/null || true)
-  if ((${#DOCKERD_ARGS[@]})) && [[ $runtime != "$SHIM_RUNTIME" ]]; then
+  pool_missing=false
+  if pid=$(our_dockerd_pid) && ! tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$POOL_ARG"; then
+    pool_missing=true
+  fi
+  if $pool_missing || { bounding_set_incomplete && [[ $runtime != "$SHIM_RUNTIME" ]]; }; then
     if pid=$(our_dockerd_pid); then
-      # Ours, started before the shim existed: restart it once with the shim.
-      log "restarting our dockerd (pid $pid) with the runc shim as its default runtime"
+      # Ours, started with other arguments: restart it once with these.
+      log "restarting our dockerd (pid $pid) with ${DOCKERD_ARGS[*]}"
       kill -TERM "$pid"
       deadline=$((SECONDS + 60))
       while kill -0 "$pid" 2>/dev/null; do
