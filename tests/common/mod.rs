@@ -284,6 +284,22 @@ impl TestEnv {
             .output()
             .map(|o| {
                 for id in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    // Engine 20.10 can keep endpoints of removed containers (moby/moby#42119),
+                    // and a network left behind keeps its subnet's NAT rules on the host.
+                    let endpoints = Command::new("docker")
+                        .args(["network", "inspect", id, "-f"])
+                        .arg("{{range $k, $v := .Containers}}{{$k}} {{end}}")
+                        .output();
+                    for ep in endpoints.iter().flat_map(|o| {
+                        String::from_utf8_lossy(&o.stdout)
+                            .split_whitespace()
+                            .map(str::to_string)
+                            .collect::<Vec<_>>()
+                    }) {
+                        let _ = Command::new("docker")
+                            .args(["network", "disconnect", "-f", id, &ep])
+                            .output();
+                    }
                     let _ = Command::new("docker").args(["network", "rm", id]).output();
                 }
             });
