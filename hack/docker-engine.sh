@@ -4,7 +4,9 @@
 #   hack/docker-engine.sh
 # A fresh CI machine has Debian's docker.io available from apt but no running daemon (and no
 # systemd to start it), so we install it if needed and run dockerd ourselves in the background.
-# An engine that is already running (started by anyone) is used as is and never restarted.
+# An engine that is already running (started by anyone) is used as is and never restarted, but:
+#   hack/docker-engine.sh restart   stop the dockerd this script started and start it again
+#                                   (fault tests: every container stops with it)
 source "$(dirname "$0")/lib.sh"
 
 DOCKERD_LOG="$CACHE_DIR/dockerd.log"
@@ -75,6 +77,23 @@ our_dockerd_pid() {
   [[ -f $DOCKERD_PID ]] && pid=$(<"$DOCKERD_PID") && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
+# stop_ours <why>: SIGTERM the dockerd we started and wait for it to exit.
+stop_ours() {
+  local pid deadline
+  pid=$(our_dockerd_pid) || die "no dockerd started by this script is running"
+  log "stopping our dockerd (pid $pid): $1"
+  kill -TERM "$pid"
+  deadline=$((SECONDS + 60))
+  while kill -0 "$pid" 2>/dev/null; do
+    (( SECONDS < deadline )) || die "dockerd (pid $pid) did not exit in 60s"
+    sleep 0.2
+  done
+}
+
+if [[ ${1:-} == restart ]]; then
+  stop_ours "restart requested"
+fi
+
 if docker info >/dev/null 2>&1; then
   runtime=$(docker info -f '{{.DefaultRuntime}}' 2>/dev/null || true)
   pool_missing=false
@@ -82,15 +101,9 @@ if docker info >/dev/null 2>&1; then
     pool_missing=true
   fi
   if $pool_missing || { bounding_set_incomplete && [[ $runtime != "$SHIM_RUNTIME" ]]; }; then
-    if pid=$(our_dockerd_pid); then
+    if our_dockerd_pid >/dev/null; then
       # Ours, started with other arguments: restart it once with these.
-      log "restarting our dockerd (pid $pid) with ${DOCKERD_ARGS[*]}"
-      kill -TERM "$pid"
-      deadline=$((SECONDS + 60))
-      while kill -0 "$pid" 2>/dev/null; do
-        (( SECONDS < deadline )) || die "dockerd (pid $pid) did not exit in 60s"
-        sleep 0.5
-      done
+      stop_ours "restarting with ${DOCKERD_ARGS[*]}"
     else
       log "WARNING: the Docker Engine was not started by us and its default runtime is '$runtime'," \
         "not the runc shim: --privileged node containers will fail on this host" \

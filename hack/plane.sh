@@ -7,8 +7,9 @@
 #                          containers/networks labelled capd-rs.test/run (PLANE_DOWN_LABEL narrows)
 #   hack/plane.sh status   show each component
 #   hack/plane.sh env      print shell exports:  eval "$(hack/plane.sh env)"
-#   hack/plane.sh restart-apiserver [TERM|KILL]   signal kube-apiserver, start a new one once
-#                          it has exited (fault tests)
+#   hack/plane.sh restart-apiserver [TERM|KILL]   signal kube-apiserver (or etcd:
+#   hack/plane.sh restart-etcd [TERM|KILL]        restart-etcd), start a new one once it has
+#                          exited, return when the API server is ready (fault tests)
 # State lives in $PLANE_DIR (default ~/.cache/capd-rs/plane): pki/, etcd data, pid files, logs,
 # kubeconfig. The CAPI managers are started separately by hack/capi.sh.
 source "$(dirname "$0")/lib.sh"
@@ -314,17 +315,24 @@ down() {
   log "plane down (certificates kept in $PKI_DIR; images and binaries kept in $CACHE_DIR)"
 }
 
-# restart_apiserver [TERM|KILL]: signal the running kube-apiserver and start a new one as soon
-# as it has exited (a SIGTERM'd server drains its watches first). For fault tests.
-restart_apiserver() {
-  local sig=${1:-TERM} pid
-  pid=$(proc_pid "$APISERVER_PID") || die "kube-apiserver is not running"
-  log "restarting kube-apiserver: SIG$sig to pid $pid"
+# restart <etcd|apiserver> [TERM|KILL]: signal the running process and start a new one as soon
+# as it has exited (a SIGTERM'd kube-apiserver drains its watches first); returns once the API
+# server is ready again. For fault tests.
+restart() {
+  local what=$1 sig=${2:-TERM} pidfile ready start pid
+  case $what in
+    etcd) pidfile=$ETCD_PID ready=etcd_healthy start=start_etcd ;;
+    apiserver) pidfile=$APISERVER_PID ready=apiserver_ready start=start_apiserver ;;
+    *) die "restart: unknown component '$what' (etcd or apiserver)" ;;
+  esac
+  pid=$(proc_pid "$pidfile") || die "$what is not running"
+  log "restarting $what: SIG$sig to pid $pid"
   kill -"$sig" "$pid"
-  # Until it stops answering ready, it would be taken for the new one.
+  # Until it stops answering, it would be taken for the new one.
   local deadline=$((SECONDS + 10))
-  while apiserver_ready && kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-  start_apiserver
+  while "$ready" && kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  "$start"
+  wait_for 180 "kube-apiserver /readyz (see $APISERVER_LOG)" apiserver_ready
 }
 
 env_cmd() {
@@ -339,9 +347,10 @@ lock() { mkdir -p "$PLANE_DIR"; exec 9>"$PLANE_DIR/.plane.lock"; flock 9; }
 
 case ${1:-} in
   up) lock; up ;;
-  restart-apiserver) lock; restart_apiserver "${2:-TERM}" ;;
+  restart-apiserver) lock; restart apiserver "${2:-TERM}" ;;
+  restart-etcd) lock; restart etcd "${2:-TERM}" ;;
   down) lock; down ;;
   status) status ;;
   env) env_cmd ;;
-  *) echo "usage: $0 up|down|status|env|restart-apiserver [TERM|KILL]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env|restart-apiserver [TERM|KILL]|restart-etcd [TERM|KILL]" >&2; exit 2 ;;
 esac

@@ -69,6 +69,18 @@ impl Backoff {
         delay
     }
 
+    /// Objects with failures on record.
+    pub fn len(&self) -> usize {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Forget the failures of `key` after a successful reconcile.
     pub fn reset(&self, key: &str) {
         self.failures

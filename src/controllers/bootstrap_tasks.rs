@@ -160,6 +160,15 @@ impl BootstrapTasks {
         }
     }
 
+    /// Machines with a bootstrap in flight or a result not yet persisted.
+    pub fn len(&self) -> usize {
+        lock(&self.tasks).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// Stop a running bootstrap (the machine is being deleted, or its container recreated).
     pub fn cancel(&self, uid: &str) {
         if let Some(task) = lock(&self.tasks).remove(uid) {

@@ -111,6 +111,21 @@ impl Context {
         }
     }
 
+    /// How many objects each in-memory map holds (exported as `capd_tracked_objects`: they
+    /// must return to zero once the objects are gone, or the manager leaks).
+    pub fn tracked(&self) -> Vec<(String, u64)> {
+        [
+            ("backoff", self.backoff.len()),
+            ("status_versions", self.status_versions.len()),
+            ("bootstraps", self.bootstraps.len()),
+            ("workload_clients", self.workload.len()),
+            ("lb_locks", self.lb_locks.len()),
+        ]
+        .into_iter()
+        .map(|(map, n)| (map.to_string(), n as u64))
+        .collect()
+    }
+
     /// Drop everything kept in memory for an object whose finalizer was just removed.
     pub fn forget(&self, backoff_key: &str, uid: &str) {
         self.backoff.reset(backoff_key);

@@ -37,7 +37,7 @@ use error::{Error, Result};
 use crate::{
     api::{DockerCluster, DockerMachine},
     capi::{Cluster, Machine, WATCH_FILTER_LABEL},
-    docker::ContainerEvent,
+    docker::EngineEvent,
 };
 
 /// Which objects the manager watches and how many it reconciles at once.
@@ -75,48 +75,67 @@ impl Scope {
     }
 }
 
-/// Docker events that should wake a controller (e.g. a container stopped by hand).
-pub struct DockerTriggers<C, M> {
+/// Docker events that should wake a controller (e.g. a container stopped by hand), and when
+/// every object should look again (the engine is back after a restart).
+pub struct DockerTriggers<C, M, A> {
     pub clusters: C,
     pub machines: M,
+    pub all_clusters: A,
+    pub all_machines: A,
 }
 
-/// Route container events to the objects that own the containers (by our ownership labels).
+/// Route container events to the objects that own the containers (by our ownership labels), and
+/// an engine that is back to every object of both kinds.
 pub fn docker_triggers(
-    events: impl Stream<Item = ContainerEvent> + Send + 'static,
+    events: impl Stream<Item = EngineEvent> + Send + 'static,
 ) -> DockerTriggers<
     impl Stream<Item = ObjectRef<DockerCluster>> + Send + 'static,
     impl Stream<Item = ObjectRef<DockerMachine>> + Send + 'static,
+    impl Stream<Item = ()> + Send + 'static,
 > {
     let (cluster_tx, clusters) = futures::channel::mpsc::unbounded();
     let (machine_tx, machines) = futures::channel::mpsc::unbounded();
+    let (all_clusters_tx, all_clusters) = futures::channel::mpsc::unbounded();
+    let (all_machines_tx, all_machines) = futures::channel::mpsc::unbounded();
     tokio::spawn(events.for_each(move |event| {
-        match mappers::container_owner(&event) {
-            Some(mappers::ContainerOwner::DockerCluster(r)) => {
-                let _ = cluster_tx.unbounded_send(r);
+        match event {
+            EngineEvent::Container(event) => match mappers::container_owner(&event) {
+                Some(mappers::ContainerOwner::DockerCluster(r)) => {
+                    let _ = cluster_tx.unbounded_send(r);
+                }
+                Some(mappers::ContainerOwner::DockerMachine(r)) => {
+                    let _ = machine_tx.unbounded_send(r);
+                }
+                None => {}
+            },
+            EngineEvent::Reconnected => {
+                let _ = all_clusters_tx.unbounded_send(());
+                let _ = all_machines_tx.unbounded_send(());
             }
-            Some(mappers::ContainerOwner::DockerMachine(r)) => {
-                let _ = machine_tx.unbounded_send(r);
-            }
-            None => {}
         }
         futures::future::ready(())
     }));
-    DockerTriggers { clusters, machines }
+    DockerTriggers {
+        clusters,
+        machines,
+        all_clusters,
+        all_machines,
+    }
 }
 
 /// Run both controllers until `shutdown` resolves. The watches fill `writers`, the caches the
 /// reconciles read through `ctx`.
-pub async fn run<S, C, M>(
+pub async fn run<S, C, M, A>(
     ctx: Arc<Context>,
     writers: CacheWriters,
     scope: Scope,
     shutdown: S,
-    triggers: DockerTriggers<C, M>,
+    triggers: DockerTriggers<C, M, A>,
 ) where
     S: Future<Output = ()> + Clone + Send + Sync + 'static,
     C: Stream<Item = ObjectRef<DockerCluster>> + Send + 'static,
     M: Stream<Item = ObjectRef<DockerMachine>> + Send + 'static,
+    A: Stream<Item = ()> + Send + 'static,
 {
     let client = ctx.client.clone();
     let wc = scope.watcher();
@@ -139,6 +158,7 @@ pub async fn run<S, C, M>(
             mappers::cluster_to_docker_cluster,
         )
         .reconcile_on(triggers.clusters)
+        .reconcile_all_on(triggers.all_clusters)
         .with_config(ControllerConfig::default().concurrency(scope.cluster_concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -175,6 +195,7 @@ pub async fn run<S, C, M>(
             move |dc| mappers::docker_cluster_to_docker_machines(&by_docker_cluster, &dc),
         )
         .reconcile_on(triggers.machines)
+        .reconcile_all_on(triggers.all_machines)
         .with_config(ControllerConfig::default().concurrency(scope.machine_concurrency))
         .graceful_shutdown_on(shutdown)
         .run(
@@ -347,4 +368,36 @@ where
         "reconcile failed"
     );
     Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::docker::{ContainerEvent, labels};
+
+    #[tokio::test]
+    async fn container_events_reach_their_owner_and_a_reconnect_reaches_everyone() {
+        let machine_event = ContainerEvent {
+            action: "die".into(),
+            labels: [
+                (labels::OWNER_KIND, "DockerMachine"),
+                (labels::OWNER_NAME, "m"),
+                (labels::CLUSTER_NAMESPACE, "ns"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        };
+        let events = futures::stream::iter([
+            EngineEvent::Container(machine_event),
+            EngineEvent::Reconnected,
+        ]);
+        let t = docker_triggers(events);
+        let machines: Vec<_> = t.machines.take(1).collect().await;
+        assert_eq!(machines, [ObjectRef::new("m").within("ns")]);
+        assert_eq!(t.all_clusters.take(1).collect::<Vec<_>>().await, [()]);
+        assert_eq!(t.all_machines.take(1).collect::<Vec<_>>().await, [()]);
+        // Nothing was routed to a DockerCluster; the stream ends with the events.
+        assert_eq!(t.clusters.collect::<Vec<_>>().await, []);
+    }
 }

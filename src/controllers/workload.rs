@@ -92,6 +92,15 @@ impl WorkloadClients {
         self.lock().remove(&format!("{namespace}/{cluster}"));
     }
 
+    /// Clusters with a cached client.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
         self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }

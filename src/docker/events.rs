@@ -1,34 +1,38 @@
 //! The engine's container events, as the runtime port exposes them: when one of our containers
 //! dies, stops or disappears (by hand, OOM, engine restart), its labels are reported so that the
-//! controllers can reconcile the owner at once instead of at the next resync. Which object a
-//! container belongs to is the controllers' business ([`crate::controllers::docker_triggers`]).
+//! controllers can reconcile the owner at once instead of at the next resync; and when the engine
+//! answers again after the stream broke, that is reported too. Which object a container belongs
+//! to is the controllers' business ([`crate::controllers::docker_triggers`]).
 use std::{collections::HashMap, future::Future, time::Duration};
 
 use bollard::query_parameters::EventsOptionsBuilder;
 use futures::{StreamExt, channel::mpsc, stream::BoxStream};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
-use super::{ContainerEvent, engine::BollardRuntime, labels};
+use super::{ContainerEvent, EngineEvent, engine::BollardRuntime, labels};
 
 /// Container actions after which the owner should look again.
 const ACTIONS: [&str; 4] = ["die", "stop", "destroy", "oom"];
+/// How often an unreachable engine is pinged.
+const RECONNECT_POLL: Duration = Duration::from_millis(500);
 
-/// Follow the engine's event stream for containers we manage (reconnecting after errors) until
-/// `stop` resolves.
+/// Follow the engine's event stream for containers we manage until `stop` resolves. When the
+/// stream breaks (the engine stopped or restarted), wait until the engine answers a ping again,
+/// report [`EngineEvent::Reconnected`] and follow a new stream.
 pub fn container_events(
     rt: &BollardRuntime,
     stop: impl Future<Output = ()> + Send + 'static,
-) -> BoxStream<'static, ContainerEvent> {
+) -> BoxStream<'static, EngineEvent> {
     let (tx, rx) = mpsc::unbounded();
     let docker = rt.client().clone();
     let follow = async move {
+        let managed = format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE);
+        let filters = HashMap::from([
+            ("type", vec!["container"]),
+            ("label", vec![managed.as_str()]),
+            ("event", ACTIONS.to_vec()),
+        ]);
         loop {
-            let managed = format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE);
-            let filters = HashMap::from([
-                ("type", vec!["container"]),
-                ("label", vec![managed.as_str()]),
-                ("event", ACTIONS.to_vec()),
-            ]);
             let mut events = docker.events(Some(
                 EventsOptionsBuilder::default().filters(&filters).build(),
             ));
@@ -48,14 +52,20 @@ pub fn container_events(
                     .into_iter()
                     .collect();
                 debug!(%action, "container event");
-                if tx
-                    .unbounded_send(ContainerEvent { action, labels })
-                    .is_err()
-                {
+                let event = EngineEvent::Container(ContainerEvent { action, labels });
+                if tx.unbounded_send(event).is_err() {
                     return;
                 }
             }
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            // A restarting engine takes seconds; objects that failed meanwhile are backing off
+            // (up to minutes), so the reconnection, not their backoff, sets the recovery time.
+            while docker.ping().await.is_err() {
+                tokio::time::sleep(RECONNECT_POLL).await;
+            }
+            info!("Docker Engine answers again; every object looks again");
+            if tx.unbounded_send(EngineEvent::Reconnected).is_err() {
+                return;
+            }
         }
     };
     tokio::spawn(async move {

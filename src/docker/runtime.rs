@@ -164,6 +164,16 @@ pub struct ContainerEvent {
     pub labels: BTreeMap<String, String>,
 }
 
+/// What the engine's event stream reports.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineEvent {
+    /// One of our containers died, stopped or was removed.
+    Container(ContainerEvent),
+    /// The engine answers again after the stream broke (a restarted engine): whatever happened
+    /// meanwhile was not reported, and every container stopped with an engine restart.
+    Reconnected,
+}
+
 /// The operations the controllers need from a container engine.
 #[async_trait]
 pub trait ContainerRuntime: Send + Sync {

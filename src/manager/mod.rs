@@ -135,8 +135,17 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     let (wake, woken) = futures::channel::mpsc::unbounded();
     let (caches, writers) = controllers::caches();
     let ctx = Arc::new(Context::new(
-        client, runtime, settings, metrics, caches, wake,
+        client,
+        runtime,
+        settings,
+        metrics.clone(),
+        caches,
+        wake,
     ));
+    let tracked = Arc::downgrade(&ctx);
+    metrics.set_tracked_source(Arc::new(move || {
+        tracked.upgrade().map(|c| c.tracked()).unwrap_or_default()
+    }));
     info!(?scope, "controllers starting");
     controllers::run(
         ctx,
@@ -146,6 +155,8 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
         DockerTriggers {
             clusters: triggers.clusters,
             machines: futures::stream::select(triggers.machines, woken),
+            all_clusters: triggers.all_clusters,
+            all_machines: triggers.all_machines,
         },
     )
     .await;

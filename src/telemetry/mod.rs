@@ -50,18 +50,77 @@ struct DockerCallLabels {
     operation: String,
 }
 
-/// Reads the Docker API call counts (operation, count) at scrape time.
-pub type DockerCallSource = Arc<dyn Fn() -> Vec<(String, u64)> + Send + Sync>;
+impl From<String> for DockerCallLabels {
+    fn from(operation: String) -> Self {
+        Self { operation }
+    }
+}
 
-/// Reconcile counts, errors by kind, durations, and Docker API calls.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TrackedLabels {
+    map: String,
+}
+
+impl From<String> for TrackedLabels {
+    fn from(map: String) -> Self {
+        Self { map }
+    }
+}
+
+/// Reads (label value, value) pairs at scrape time, e.g. Docker API call counts by operation.
+pub type GaugeSource = Arc<dyn Fn() -> Vec<(String, u64)> + Send + Sync>;
+
+/// A gauge family whose values are read from a source at scrape time: what the manager already
+/// counts elsewhere (the runtime adapter, the controllers' maps) is not counted twice.
+struct Scraped<L> {
+    family: Family<L, Gauge>,
+    source: Mutex<Option<GaugeSource>>,
+}
+
+impl<L> Default for Scraped<L>
+where
+    L: Clone + std::hash::Hash + Eq,
+{
+    fn default() -> Self {
+        Self {
+            family: Family::default(),
+            source: Mutex::new(None),
+        }
+    }
+}
+
+impl<L> Scraped<L>
+where
+    L: From<String> + Clone + std::hash::Hash + Eq,
+{
+    fn set_source(&self, source: GaugeSource) {
+        *self.source.lock().unwrap_or_else(|p| p.into_inner()) = Some(source);
+    }
+
+    fn refresh(&self) {
+        let source = self
+            .source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        for (label, value) in source.map(|f| f()).unwrap_or_default() {
+            self.family
+                .get_or_create(&L::from(label))
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// Reconcile counts, errors by kind, durations, Docker API calls, and the process's own state.
 pub struct Metrics {
     registry: Mutex<Registry>,
     reconciles: Family<ControllerLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     durations: Family<ControllerLabels, Histogram>,
-    docker_calls: Family<DockerCallLabels, Gauge>,
+    docker_calls: Scraped<DockerCallLabels>,
+    tracked: Scraped<TrackedLabels>,
+    tasks: Gauge,
     kube_requests: Family<kube_requests::RequestLabels, Counter>,
-    docker_call_source: Mutex<Option<DockerCallSource>>,
 }
 
 impl Default for Metrics {
@@ -72,7 +131,9 @@ impl Default for Metrics {
         let durations = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
             Histogram::new([0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
         });
-        let docker_calls = Family::<DockerCallLabels, Gauge>::default();
+        let docker_calls = Scraped::<DockerCallLabels>::default();
+        let tracked = Scraped::<TrackedLabels>::default();
+        let tasks = Gauge::default();
         let kube_requests = Family::<kube_requests::RequestLabels, Counter>::default();
         registry.register("reconcile", "Reconciles run", reconciles.clone());
         registry.register(
@@ -88,7 +149,17 @@ impl Default for Metrics {
         registry.register(
             "docker_api_calls",
             "Docker Engine API requests made, by operation",
-            docker_calls.clone(),
+            docker_calls.family.clone(),
+        );
+        registry.register(
+            "tracked_objects",
+            "Objects the controllers keep in-memory state for, by map (zero once they are gone)",
+            tracked.family.clone(),
+        );
+        registry.register(
+            "runtime_tasks",
+            "Live tokio tasks of the manager",
+            tasks.clone(),
         );
         registry.register(
             "kube_api_requests",
@@ -101,8 +172,9 @@ impl Default for Metrics {
             errors,
             durations,
             docker_calls,
+            tracked,
+            tasks,
             kube_requests,
-            docker_call_source: Mutex::new(None),
         }
     }
 }
@@ -131,30 +203,23 @@ impl Metrics {
         CountRequests(self.kube_requests.clone())
     }
 
-    /// Where the Docker call counts come from (read at scrape time).
-    pub fn set_docker_call_source(
-        &self,
-        source: Arc<dyn Fn() -> Vec<(String, u64)> + Send + Sync>,
-    ) {
-        *self
-            .docker_call_source
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(source);
+    /// Where the Docker call counts (operation, count) come from.
+    pub fn set_docker_call_source(&self, source: GaugeSource) {
+        self.docker_calls.set_source(source);
+    }
+
+    /// Where the sizes of the controllers' in-memory maps (map, objects) come from.
+    pub fn set_tracked_source(&self, source: GaugeSource) {
+        self.tracked.set_source(source);
     }
 
     /// The OpenMetrics text exposition.
     pub fn render(&self) -> String {
-        let source = self
-            .docker_call_source
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(source) = source {
-            for (operation, count) in source() {
-                self.docker_calls
-                    .get_or_create(&DockerCallLabels { operation })
-                    .set(count as i64);
-            }
+        self.docker_calls.refresh();
+        self.tracked.refresh();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let tasks = runtime.metrics().num_alive_tasks();
+            self.tasks.set(i64::try_from(tasks).unwrap_or(i64::MAX));
         }
         let mut out = String::new();
         let registry = self.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -169,7 +234,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_counts_errors_and_docker_calls() {
+    fn renders_counts_errors_docker_calls_and_tracked_objects() {
         let m = Metrics::default();
         m.observe_reconcile("DockerMachine", Duration::from_millis(20), None);
         m.observe_reconcile(
@@ -178,6 +243,7 @@ mod tests {
             Some("docker_unavailable"),
         );
         m.set_docker_call_source(Arc::new(|| vec![("inspect".to_string(), 7)]));
+        m.set_tracked_source(Arc::new(|| vec![("backoff".to_string(), 3)]));
         let text = m.render();
         assert!(
             text.contains(r#"capd_reconcile_total{controller="DockerMachine"} 2"#),
@@ -186,6 +252,10 @@ mod tests {
         assert!(text.contains(r#"capd_reconcile_errors_total{controller="DockerMachine",kind="docker_unavailable"} 1"#), "{text}");
         assert!(
             text.contains(r#"capd_docker_api_calls{operation="inspect"} 7"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"capd_tracked_objects{map="backoff"} 3"#),
             "{text}"
         );
     }

@@ -4,7 +4,7 @@ use std::{
     path::PathBuf,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
 };
 
@@ -18,6 +18,8 @@ pub struct DockerProxy {
     up: Arc<AtomicBool>,
     /// Answer every request with HTTP 503 instead of forwarding it.
     overloaded: Arc<AtomicBool>,
+    /// Milliseconds every chunk a client sends waits before it is forwarded (a slow engine).
+    latency_ms: Arc<AtomicU64>,
     connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
 }
@@ -29,8 +31,10 @@ impl DockerProxy {
         let listener = UnixListener::bind(&path).expect("bind proxy socket");
         let up = Arc::new(AtomicBool::new(true));
         let overloaded = Arc::new(AtomicBool::new(false));
+        let latency_ms = Arc::new(AtomicU64::new(0));
         let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let (u, o, conns) = (up.clone(), overloaded.clone(), connections.clone());
+        let latency = latency_ms.clone();
         let accept = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 if !u.load(Ordering::SeqCst) {
@@ -52,9 +56,10 @@ impl DockerProxy {
                     });
                     continue;
                 }
+                let latency = latency.clone();
                 let handle = tokio::spawn(async move {
-                    if let Ok(mut upstream) = UnixStream::connect("/var/run/docker.sock").await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    if let Ok(upstream) = UnixStream::connect("/var/run/docker.sock").await {
+                        forward(client, upstream, latency).await;
                     }
                 });
                 conns.lock().unwrap().push(handle);
@@ -64,6 +69,7 @@ impl DockerProxy {
             path,
             up,
             overloaded,
+            latency_ms,
             connections,
             accept,
         }
@@ -86,12 +92,48 @@ impl DockerProxy {
         self.up.store(true, Ordering::SeqCst);
     }
 
+    /// Delay every request (each chunk a client sends) by `latency`; zero turns it off.
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        self.latency_ms
+            .store(latency.as_millis() as u64, Ordering::SeqCst);
+    }
+
     /// Accept connections but answer every request with 503 (cutting the open ones first).
     pub fn overloaded(&self) {
         self.down();
         self.overloaded.store(true, Ordering::SeqCst);
         self.up.store(true, Ordering::SeqCst);
     }
+}
+
+/// Copy both ways; what the client sends waits `latency` first (read at each chunk, so it can
+/// be switched on and off under open connections).
+async fn forward(client: UnixStream, upstream: UnixStream, latency: Arc<AtomicU64>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client_rx, mut client_tx) = client.into_split();
+    let (mut upstream_rx, mut upstream_tx) = upstream.into_split();
+    let requests = async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match client_rx.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let delay = latency.load(Ordering::SeqCst);
+            if delay > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+            }
+            if upstream_tx.write_all(&buf[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = upstream_tx.shutdown().await;
+    };
+    let responses = async move {
+        let _ = tokio::io::copy(&mut upstream_rx, &mut client_tx).await;
+        let _ = client_tx.shutdown().await;
+    };
+    futures::join!(requests, responses);
 }
 
 impl Drop for DockerProxy {

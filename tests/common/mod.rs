@@ -234,7 +234,10 @@ impl TestEnv {
             .append(true)
             .open(&log)
             .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_manager"));
+        // CAPD_RS_MANAGER_BIN runs another build (an earlier commit's, for before/after figures).
+        let bin = std::env::var("CAPD_RS_MANAGER_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_manager").to_string());
+        let mut cmd = Command::new(bin);
         cmd.arg(format!(
             "--kubeconfig={}",
             self.manager_kubeconfig.display()
@@ -368,12 +371,29 @@ impl TestEnv {
     }
 
     /// Run the test body, then always clean up (containers, network, manager), then report.
-    pub async fn run<F, Fut>(mut self, body: F)
+    pub async fn run<F, Fut>(self, body: F)
     where
         F: FnOnce(TestEnvRef) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
         let result = tokio::spawn(body(self.handle())).await;
+        self.finish(result.map_err(|e| e.into_panic())).await;
+    }
+
+    /// [`Self::run`] for a body that needs the environment itself (it kills and restarts the
+    /// manager): the same cleanup and checks afterwards, even when the body panics.
+    pub async fn run_mut<F>(mut self, body: F)
+    where
+        F: for<'a> FnOnce(&'a mut TestEnv) -> futures::future::BoxFuture<'a, ()>,
+    {
+        use futures::FutureExt;
+        let result = std::panic::AssertUnwindSafe(body(&mut self))
+            .catch_unwind()
+            .await;
+        self.finish(result).await;
+    }
+
+    async fn finish(mut self, result: std::thread::Result<()>) {
         if let Some(m) = &self.manager {
             m.record_rbac_usage().await;
         }
@@ -383,9 +403,9 @@ impl TestEnv {
         }
         self.cleanup_objects().await;
         self.cleanup_docker().await;
-        if let Err(e) = result {
+        if let Err(panic) = result {
             eprintln!("---- manager log ({}) ----\n{}", self.id, tail(&logs, 150));
-            std::panic::resume_unwind(e.into_panic());
+            std::panic::resume_unwind(panic);
         }
         // The manager runs as the shipped ServiceAccount: a request its rules do not allow is a
         // bug in config/rbac, whatever the test was about.
