@@ -37,14 +37,17 @@ ENV CC_x86_64_unknown_linux_musl=musl-gcc \
 WORKDIR /src
 # Dependencies first, so a source change does not refetch and rebuild every crate.
 COPY Cargo.toml Cargo.lock ./
-# The workspace names the runc shim (hack/runc-shim): its manifest must be there to load it.
+# The workspace names the runc shim (hack/runc-shim) and xtask (a dev-dependency too): their
+# manifests must be there to load it.
 COPY hack/runc-shim/Cargo.toml hack/runc-shim/Cargo.toml
-RUN mkdir -p src/bin hack/runc-shim/src \
+COPY xtask/Cargo.toml xtask/Cargo.toml
+RUN mkdir -p src/bin hack/runc-shim/src xtask/src \
  && echo 'fn main() {}' > src/main.rs \
  && echo 'fn main() {}' > src/bin/crdgen.rs \
  && echo 'fn main() {}' > src/bin/podnet.rs \
  && echo 'fn main() {}' > hack/runc-shim/src/main.rs \
- && touch src/lib.rs \
+ && echo 'fn main() {}' > xtask/src/main.rs \
+ && touch src/lib.rs xtask/src/lib.rs \
  && cargo build --release --locked --target x86_64-unknown-linux-musl --bin manager \
  && rm -rf src
 COPY src ./src

@@ -318,7 +318,9 @@ impl Fixture {
 
     /// Audit, delete everything, write the row and print it; then hold it to the goals.
     async fn finish(&self, mut row: Row, before: &BTreeMap<String, String>, removed: &[String]) {
-        (row.lost, row.duplicated) = self.audit(before, removed).await;
+        let (lost, duplicated) = self.audit(before, removed).await;
+        row.lost.extend(lost);
+        row.duplicated.extend(duplicated);
         row.leaked = self.delete_all().await;
         row.write(&rows_dir()).expect("write the fault's row");
         print!("{}", xtask::faults::table(std::slice::from_ref(&row)));
@@ -484,6 +486,8 @@ async fn docker_engine_paused_30s() {
     .await;
 }
 
+/// The LB is recreated (same name, a new container) and must come back where the cluster's
+/// endpoint points.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_balancer_container_removed() {
     let fault = Fault {
@@ -491,10 +495,27 @@ async fn load_balancer_container_removed() {
         measured_from: "`docker rm -f <cluster>-lb` returned",
         user_sees: "LoadBalancerAvailable False until a new LB (same name, backends rewritten) runs",
     };
-    steady_state_fault("lbgone", fault, false, |_, fx| {
-        async {
-            docker_cli(&["rm", "-f", &format!("{}-lb", fx.cluster)]);
-            Instant::now()
+    let mut env = TestEnv::new("lbgone").await;
+    env.start_manager(&[], None);
+    env.run_mut(move |env| {
+        async move {
+            let mut fx = Fixture::running(env.handle()).await;
+            let before = fx.snapshot().await;
+            let lb = format!("{}-lb", fx.cluster);
+            docker_cli(&["rm", "-f", &lb]);
+            let removed = Instant::now();
+            let acted = fx.act_on_new(removed).await;
+            let ready = fx.wait_ready(removed).await;
+            let mut row = fault.row(acted, ready);
+            let address = inspect(&fx.docker, &lb).await.and_then(|c| c.ipv4);
+            let endpoint = fx.r.docker_cluster(&fx.ns, &fx.cluster).await;
+            let endpoint = endpoint.and_then(|dc| dc.spec.control_plane_endpoint?.host);
+            if address.is_none() || endpoint != address {
+                row.lost.push(format!(
+                    "the endpoint: {endpoint:?}, the new LB at {address:?}"
+                ));
+            }
+            fx.finish(row, &before, &[lb]).await;
         }
         .boxed()
     })

@@ -42,6 +42,27 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
     }
 }
 
+/// A controller's own pause after one of its trigger streams failed: none. Every watch feeding a
+/// controller already backs off by itself ([`WatchBackoff`]), but kube's `Controller` also pauses
+/// *all* its triggers (its primary watch and the wake-ups included) with client-go's default,
+/// growing to 30 s and more, whenever any one of them yields an error. After an API server
+/// restart each watch fails a few times (refused, 403, 410 Gone), so that pause grew to 12.6 s
+/// and a new DockerMachine waited 18-34 s to be seen (tests/faults.rs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoTriggerBackoff;
+
+impl Iterator for NoTriggerBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::ZERO)
+    }
+}
+
+impl kube::runtime::utils::Backoff for NoTriggerBackoff {
+    fn reset(&mut self) {}
+}
+
 pub struct Backoff {
     base: Duration,
     max: Duration,

@@ -160,6 +160,7 @@ pub async fn run<S, C, M, A>(
         .reconcile_on(triggers.clusters)
         .reconcile_all_on(triggers.all_clusters)
         .with_config(ControllerConfig::default().concurrency(scope.cluster_concurrency))
+        .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown.clone())
         .run(
             reconcile_cluster,
@@ -197,6 +198,7 @@ pub async fn run<S, C, M, A>(
         .reconcile_on(triggers.machines)
         .reconcile_all_on(triggers.all_machines)
         .with_config(ControllerConfig::default().concurrency(scope.machine_concurrency))
+        .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown)
         .run(
             reconcile_machine,
