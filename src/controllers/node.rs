@@ -1,6 +1,6 @@
 //! What to do with a machine's node container, decided purely from what the engine reports and
 //! whose it is. The controller acts on the answer; these functions never touch Docker.
-use crate::docker::{ContainerInfo, labels};
+use crate::docker::{ContainerInfo, ContainerState, labels};
 
 /// The container with the machine's name, as far as this machine is concerned.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +27,9 @@ pub fn found(existing: Option<ContainerInfo>, owner: &labels::Owner<'_>) -> Foun
 pub enum Provisioning {
     Create,
     Use(ContainerInfo),
+    /// Ours, created but never started (whoever created it stopped in between: a manager
+    /// killed mid-create): nothing ran in it, so start it rather than create another.
+    Start(ContainerInfo),
     /// Ours, stopped, and no bootstrap of this process is running in it: what ran inside is
     /// unknown, so start over in a new container.
     Recreate,
@@ -38,6 +41,7 @@ pub fn provisioning(found: Found, bootstrap_running: bool) -> Provisioning {
         Found::Missing => Provisioning::Create,
         Found::Foreign(why) => Provisioning::Conflict(why),
         Found::Ours(c) if c.is_alive() || bootstrap_running => Provisioning::Use(c),
+        Found::Ours(c) if c.state == Some(ContainerState::Created) => Provisioning::Start(c),
         Found::Ours(_) => Provisioning::Recreate,
     }
 }
@@ -122,9 +126,16 @@ mod tests {
             ContainerState::Dead,
         ] {
             let c = ours(state);
+            let expected = if state == ContainerState::Created {
+                // Never started: nothing ran in it (its creator died between create and start).
+                Provisioning::Start(c.clone())
+            } else {
+                Provisioning::Recreate
+            };
             assert_eq!(
                 provisioning(found(Some(c.clone()), &OWNER), false),
-                Provisioning::Recreate
+                expected,
+                "{state:?} before provisioning"
             );
             assert_eq!(
                 provisioning(found(Some(c.clone()), &OWNER), true),

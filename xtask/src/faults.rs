@@ -33,12 +33,12 @@ pub struct Row {
 impl Row {
     pub fn write(&self, dir: &Path) -> io::Result<()> {
         fs::create_dir_all(dir)?;
-        let file = self
-            .fault
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect::<String>()
-            .to_lowercase();
+        let lower = self.fault.to_lowercase();
+        let words: Vec<&str> = lower
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let file = words.join("-");
         let json = serde_json::to_string_pretty(self).map_err(io::Error::other)?;
         fs::write(dir.join(format!("{file}.json")), json)
     }

@@ -193,6 +193,11 @@ impl Provisioning<'_> {
             node::Provisioning::Use(c) => c,
             node::Provisioning::Conflict(why) => return Err(conflict(&name, why)),
             node::Provisioning::Create => self.create_node(&owner, &name).await?,
+            node::Provisioning::Start(c) => {
+                info!(container = %name, "starting a node container that was created but never started");
+                ctx.runtime.start(&name).await?;
+                ctx.runtime.inspect(&name).await?.unwrap_or(c)
+            }
             node::Provisioning::Recreate => {
                 info!(container = %name, "node container stopped before it was provisioned; recreating it");
                 ctx.runtime.remove(&name).await?;
@@ -340,10 +345,15 @@ impl Provisioning<'_> {
             // Lost a race for the name: use the container only if it is ours.
             Err(RuntimeError::Conflict(_)) => match ctx.runtime.inspect(name).await? {
                 Some(c) if labels::usable_by(&c.labels, owner) => Ok(c),
-                _ => Err(conflict(
+                Some(_) => Err(conflict(
                     name,
                     "it was created by someone else at the same time",
                 )),
+                // The engine holds the name for a create still in flight (one a killed manager
+                // sent, say) before the container can be inspected: look again shortly.
+                None => Err(Error::Missing(format!(
+                    "container {name} is being created by another request"
+                ))),
             },
             Err(e) => Err(e.into()),
         }
