@@ -35,8 +35,8 @@ step "unit tests, CRD tests, Docker adapter tests, controller integration tests"
 rm -f "$CARGO_TARGET_DIR/tmp/rbac-usage.txt"
 cargo test --locked --lib --bins --test crds --test docker_engine --test controllers --test deletion --test rbac --test hack_scripts
 cargo test --locked -p capd-runc-shim
-step "fault tests (they restart the plane's API server, so they run alone)"
-cargo test --locked --test faults -- --nocapture
+step "fault matrix, fast faults (they restart the API server, etcd and the engine, so they run alone)"
+hack/faults.sh --fast
 
 step "CAPI core, kubeadm bootstrap and kubeadm control-plane managers"
 hack/capi.sh up

@@ -17,7 +17,8 @@ enum Task {
         /// Directory of the rows (`tests/faults.rs` writes `$CARGO_TARGET_TMPDIR/faults`).
         dir: PathBuf,
         /// The goal for acting on a new object after a fault, in seconds: rows that miss it,
-        /// or lost, duplicated or leaked anything, make the task fail.
+        /// or lost, duplicated or leaked anything, are named after the table (the tests hold
+        /// each fault to its bound and fail on their own).
         #[arg(long, default_value_t = 5.0)]
         act_goal: f64,
     },
@@ -58,9 +59,12 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 .map(|r| r.fault.as_str())
                 .collect();
             if !missed.is_empty() {
-                eprintln!("goals missed by: {}", missed.join(", "));
+                println!(
+                    "\nGoals (acted on within {act_goal} s, Ready again, nothing lost, duplicated or leaked) missed by: {}",
+                    missed.join(", ")
+                );
             }
-            Ok(missed.is_empty() && !rows.is_empty())
+            Ok(!rows.is_empty())
         }
         Task::SoakPlot { json, png, font } => {
             let text =
