@@ -5,8 +5,8 @@
 # A fresh CI machine has Debian's docker.io available from apt but no running daemon (and no
 # systemd to start it), so we install it if needed and run dockerd ourselves in the background.
 # An engine that is already running (started by anyone) is used as is and never restarted, but:
-#   hack/docker-engine.sh restart   stop the dockerd this script started and start it again
-#                                   (fault tests: every container stops with it)
+#   hack/docker-engine.sh restart [SECONDS]   stop the dockerd this script started and start it
+#                                   again, SECONDS later (fault tests: every container stops)
 source "$(dirname "$0")/lib.sh"
 
 DOCKERD_LOG="$CACHE_DIR/dockerd.log"
@@ -92,6 +92,7 @@ stop_ours() {
 
 if [[ ${1:-} == restart ]]; then
   stop_ours "restart requested"
+  sleep "${2:-0}"
 fi
 
 if docker info >/dev/null 2>&1; then

@@ -464,6 +464,26 @@ async fn docker_engine_restarted() {
     .await;
 }
 
+/// An engine away for longer (a laptop's Docker restarting): the objects that failed meanwhile
+/// are backing off by then, so it is the engine's return that must wake them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "over a minute (30 s without an engine): hack/faults.sh"]
+async fn docker_engine_down_30s() {
+    let fault = Fault {
+        name: "Docker Engine stopped for 30 s, started again",
+        measured_from: "the engine answers again",
+        user_sees: "DockerUnavailable conditions while it is away; every container started again (same containers) once it is back",
+    };
+    steady_state_fault("down", fault, false, |_, _| {
+        async {
+            hack("docker-engine.sh", &["restart", "30"]);
+            Instant::now()
+        }
+        .boxed()
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "over a minute (30 s of pause): hack/faults.sh"]
 async fn docker_engine_paused_30s() {
@@ -502,7 +522,7 @@ async fn load_balancer_container_removed() {
             let mut fx = Fixture::running(env.handle()).await;
             let before = fx.snapshot().await;
             let lb = format!("{}-lb", fx.cluster);
-            docker_cli(&["rm", "-f", &lb]);
+            docker_cli(&["rm", "-f", "-v", &lb]);
             let removed = Instant::now();
             let acted = fx.act_on_new(removed).await;
             let ready = fx.wait_ready(removed).await;
@@ -539,7 +559,7 @@ async fn node_container_removed() {
             let mut fx = Fixture::running(env.handle()).await;
             let before = fx.snapshot().await;
             let victim = fx.machines.pop().expect("a worker");
-            docker_cli(&["rm", "-f", &victim]);
+            docker_cli(&["rm", "-f", "-v", &victim]);
             let removed = Instant::now();
             let reported = eventually(READY_BOUND, "the removal reported", || async {
                 fx.docker_machine(&victim)
