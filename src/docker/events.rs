@@ -15,10 +15,12 @@ use super::{ContainerEvent, EngineEvent, engine::BollardRuntime, labels};
 const ACTIONS: [&str; 4] = ["die", "stop", "destroy", "oom"];
 /// How often an unreachable engine is pinged.
 const RECONNECT_POLL: Duration = Duration::from_millis(500);
+/// How long to wait before following a new stream when the engine still answers.
+const RESUBSCRIBE_AFTER: Duration = Duration::from_secs(2);
 
 /// Follow the engine's event stream for containers we manage until `stop` resolves. When the
-/// stream breaks (the engine stopped or restarted), wait until the engine answers a ping again,
-/// report [`EngineEvent::Reconnected`] and follow a new stream.
+/// stream breaks because the engine went away (stopped, restarting), wait until it answers a
+/// ping again, report [`EngineEvent::Reconnected`] and follow a new stream.
 pub fn container_events(
     rt: &BollardRuntime,
     stop: impl Future<Output = ()> + Send + 'static,
@@ -57,8 +59,15 @@ pub fn container_events(
                     return;
                 }
             }
-            // A restarting engine takes seconds; objects that failed meanwhile are backing off
-            // (up to minutes), so the reconnection, not their backoff, sets the recovery time.
+            // The stream broke. An engine that still answers gets a new stream after a pause
+            // (events in between are missed; the resync covers them). One that does not (it
+            // stopped or is restarting) is pinged until it is back, and then every object looks
+            // again: those that failed meanwhile are backing off (up to minutes), and their
+            // containers stopped with the engine.
+            if docker.ping().await.is_ok() {
+                tokio::time::sleep(RESUBSCRIBE_AFTER).await;
+                continue;
+            }
             while docker.ping().await.is_err() {
                 tokio::time::sleep(RECONNECT_POLL).await;
             }
