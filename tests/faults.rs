@@ -789,6 +789,12 @@ async fn leader_failover() {
             )
             .await;
             let took_over = Instant::now();
+            // The Lease lasts 15 s; the standby retries every few seconds.
+            assert!(
+                took_over - killed < Duration::from_secs(30),
+                "the standby took over {:?} after the leader died",
+                took_over - killed
+            );
             // The standby is this test's manager from now on (its RBAC use and log are checked).
             env.manager = Some(standby);
             let acted = fx.act_on_new(took_over).await;
