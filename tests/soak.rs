@@ -106,6 +106,14 @@ impl Load {
     }
 }
 
+/// `$CARGO_TARGET_TMPDIR/soak/soak.json`.
+fn write(report: &Report) {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("soak");
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = serde_json::to_string_pretty(report).unwrap();
+    std::fs::write(dir.join("soak.json"), json).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "30 minutes: hack/soak.sh"]
 async fn soak() {
@@ -166,6 +174,14 @@ async fn soak() {
                     at_rest.tracked
                 );
                 cycles.push(Cycle { up_s, scale_down_s, scale_up_s, down_s, at_rest });
+                // After every cycle: a soak that fails later still leaves its series to plot.
+                let report = Report {
+                    machines: machines as u64,
+                    minutes: start.elapsed().as_secs_f64() / 60.0,
+                    samples: samples.lock().unwrap().clone(),
+                    cycles: cycles.clone(),
+                };
+                write(&report);
             }
             sampler.abort();
             let report = Report {
@@ -174,11 +190,7 @@ async fn soak() {
                 samples: samples.lock().unwrap().clone(),
                 cycles,
             };
-            let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("soak");
-            std::fs::create_dir_all(&dir).unwrap();
-            let json = serde_json::to_string_pretty(&report).unwrap();
-            std::fs::write(dir.join("soak.json"), json).unwrap();
-            println!("wrote {}", dir.join("soak.json").display());
+            write(&report);
             let grew = report.growth();
             assert!(grew.is_empty(), "grew after warm-up: {grew:?}");
         }

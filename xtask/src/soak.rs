@@ -104,7 +104,7 @@ fn median(values: &[f64]) -> f64 {
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     let mid = v.len() / 2;
-    if v.len() % 2 == 0 {
+    if v.len().is_multiple_of(2) {
         (v[mid - 1] + v[mid]) / 2.0
     } else {
         v[mid]
@@ -252,11 +252,16 @@ mod tests {
 
     #[test]
     fn growth_names_the_figure_that_grew() {
-        let cycles = (0..10).map(|i| at_rest(20_000 + i * 2_000, 30 + i * 5, i)).collect();
+        let cycles = (0..10)
+            .map(|i| at_rest(20_000 + i * 2_000, 30 + i * 5, i))
+            .collect();
         let grew = report(cycles).growth();
         assert_eq!(grew.len(), 3, "{grew:?}");
         assert!(grew[0].starts_with("RSS KiB: 24000 -> 36000"), "{grew:?}");
-        assert!(grew[1].starts_with("file descriptors: 40 -> 70"), "{grew:?}");
+        assert!(
+            grew[1].starts_with("file descriptors: 40 -> 70"),
+            "{grew:?}"
+        );
         assert!(grew[2].starts_with("tracked objects: 2 -> 8"), "{grew:?}");
     }
 
