@@ -371,7 +371,7 @@ impl Fault {
 /// object, every object Ready, and the audit.
 async fn steady_state_fault<F>(prefix: &str, fault: Fault, plane_restart: bool, inject: F)
 where
-    F: for<'a> FnOnce(&'a mut TestEnv, &'a Fixture) -> BoxFuture<'a, Instant> + Send + 'static,
+    F: for<'a> FnOnce(&'a Fixture) -> BoxFuture<'a, Instant> + Send + 'static,
 {
     let mut env = TestEnv::new(prefix).await;
     // A restarted API server answers 403 until its authorizer has synced.
@@ -381,7 +381,7 @@ where
         async move {
             let mut fx = Fixture::running(env.handle()).await;
             let before = fx.snapshot().await;
-            let ended = inject(env, &fx).await;
+            let ended = inject(&fx).await;
             let acted = fx.act_on_new(ended).await;
             let ready = fx.wait_ready(ended).await;
             fx.finish(fault.row(acted, ready), &before, &[]).await;
@@ -392,7 +392,7 @@ where
 }
 
 async fn api_server_restart(signal: &'static str, fault: Fault) {
-    steady_state_fault("apisrv", fault, true, move |_, _| {
+    steady_state_fault("apisrv", fault, true, move |_| {
         async move {
             hack("plane.sh", &["restart-apiserver", signal]);
             Instant::now()
@@ -437,7 +437,7 @@ async fn etcd_killed() {
         measured_from: "etcd healthy and the API server ready again",
         user_sees: "nothing: the API server retries etcd, watches resume",
     };
-    steady_state_fault("etcd", fault, true, |_, _| {
+    steady_state_fault("etcd", fault, true, |_| {
         async {
             hack("plane.sh", &["restart-etcd", "KILL"]);
             Instant::now()
@@ -454,7 +454,7 @@ async fn docker_engine_restarted() {
         measured_from: "the engine answers again",
         user_sees: "every container stops with the engine; the manager starts them again (same containers), the LB first",
     };
-    steady_state_fault("engine", fault, false, |_, _| {
+    steady_state_fault("engine", fault, false, |_| {
         async {
             hack("docker-engine.sh", &["restart"]);
             Instant::now()
@@ -474,7 +474,7 @@ async fn docker_engine_down_30s() {
         measured_from: "the engine answers again",
         user_sees: "DockerUnavailable conditions while it is away; every container started again (same containers) once it is back",
     };
-    steady_state_fault("down", fault, false, |_, _| {
+    steady_state_fault("down", fault, false, |_| {
         async {
             hack("docker-engine.sh", &["restart", "30"]);
             Instant::now()
@@ -492,7 +492,7 @@ async fn docker_engine_paused_30s() {
         measured_from: "SIGCONT",
         user_sees: "containers keep running; reconciles wait on the engine (no errors within 30 s)",
     };
-    steady_state_fault("pause", fault, false, |_, _| {
+    steady_state_fault("pause", fault, false, |_| {
         async {
             let pid = dockerd_pid();
             signal(&pid, "STOP");
