@@ -391,10 +391,17 @@ where
     .await;
 }
 
-async fn api_server_restart(signal: &'static str, fault: Fault) {
-    steady_state_fault("apisrv", fault, true, move |_| {
+/// A fault that is one `hack/` script run, which returns once what it restarted answers again.
+async fn scripted_fault(
+    prefix: &str,
+    fault: Fault,
+    plane_restart: bool,
+    script: &'static str,
+    args: &'static [&'static str],
+) {
+    steady_state_fault(prefix, fault, plane_restart, move |_| {
         async move {
-            hack("plane.sh", &["restart-apiserver", signal]);
+            hack(script, args);
             Instant::now()
         }
         .boxed()
@@ -404,13 +411,16 @@ async fn api_server_restart(signal: &'static str, fault: Fault) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_killed() {
-    api_server_restart(
-        "KILL",
+    scripted_fault(
+        "apisrv",
         Fault {
             name: "API server killed (SIGKILL), restarted",
             measured_from: "the API server answers again (≈2.5 s after the kill)",
             user_sees: "nothing: containers keep running, status is current once the server is back",
         },
+        true,
+        "plane.sh",
+        &["restart-apiserver", "KILL"],
     )
     .await;
 }
@@ -419,13 +429,16 @@ async fn api_server_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "over a minute (the server drains its watches): hack/faults.sh"]
 async fn api_server_stopped() {
-    api_server_restart(
-        "TERM",
+    scripted_fault(
+        "apisrv",
         Fault {
             name: "API server stopped (SIGTERM), restarted",
             measured_from: "the new API server answers (the old one drains watches ≈60 s)",
             user_sees: "nothing: status is current once the server is back",
         },
+        true,
+        "plane.sh",
+        &["restart-apiserver", "TERM"],
     )
     .await;
 }
@@ -437,14 +450,7 @@ async fn etcd_killed() {
         measured_from: "etcd healthy and the API server ready again",
         user_sees: "nothing: the API server retries etcd, watches resume",
     };
-    steady_state_fault("etcd", fault, true, |_| {
-        async {
-            hack("plane.sh", &["restart-etcd", "KILL"]);
-            Instant::now()
-        }
-        .boxed()
-    })
-    .await;
+    scripted_fault("etcd", fault, true, "plane.sh", &["restart-etcd", "KILL"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -454,14 +460,7 @@ async fn docker_engine_restarted() {
         measured_from: "the engine answers again",
         user_sees: "every container stops with the engine; the manager starts them again (same containers), the LB first",
     };
-    steady_state_fault("engine", fault, false, |_| {
-        async {
-            hack("docker-engine.sh", &["restart"]);
-            Instant::now()
-        }
-        .boxed()
-    })
-    .await;
+    scripted_fault("engine", fault, false, "docker-engine.sh", &["restart"]).await;
 }
 
 /// An engine away for longer (a laptop's Docker restarting): the objects that failed meanwhile
@@ -474,14 +473,7 @@ async fn docker_engine_down_30s() {
         measured_from: "the engine answers again",
         user_sees: "DockerUnavailable conditions while it is away; every container started again (same containers) once it is back",
     };
-    steady_state_fault("down", fault, false, |_| {
-        async {
-            hack("docker-engine.sh", &["restart", "30"]);
-            Instant::now()
-        }
-        .boxed()
-    })
-    .await;
+    scripted_fault("down", fault, false, "docker-engine.sh", &["restart", "30"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
