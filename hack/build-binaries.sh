@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver, kubectl (Kubernetes v$K8S_VERSION), etcd (v$ETCD_VERSION) and, with
-# `capi`, the Cluster API v$CAPI_VERSION managers and clusterctl, all from the Go module proxy
+# `capi`, the Cluster API v$CAPI_VERSION managers and clusterctl, with `capd-upstream` upstream
+# CAPD's manager (the benchmark peer), all from the Go module proxy
 # through throwaway wrapper modules. Binaries are cached in $BIN_DIR keyed by version.
 #   hack/build-binaries.sh [kube|kcm|node|etcd|coredns|capi|all]   (default: kube etcd)
 # (kcm = kube-controller-manager; node = every Kubernetes binary a kind-style node image needs;
@@ -145,6 +146,35 @@ build_capi() {
   log "built CAPI binaries in $out"
 }
 
+# Upstream CAPD's manager (package infrastructure/docker of the test module), the peer of
+# hack/bench.sh. The test module's go.mod replaces sigs.k8s.io/cluster-api with its parent folder,
+# (and sigs.k8s.io/cluster-api/api with ../api), which a dependant ignores: the wrapper pins the
+# same release of all three. `tidy -e`: the test-only imports of CAPI's packages (envtest) need
+# modules the proxy does not have, and the build does not need them.
+build_capd_upstream() {
+  local out="$CAPD_UPSTREAM_BIN_DIR" v=$CAPD_UPSTREAM_VERSION
+  if [[ -x "$out/manager" ]]; then log "upstream CAPD v$v manager cached"; return; fi
+  log "building upstream CAPD v$v (sigs.k8s.io/cluster-api/test/infrastructure/docker; cold: ~5-10 min)"
+  local dir="$WORK/capd-upstream-$v"
+  mkdir -p "$dir" "$out"
+  (
+    cd "$dir"
+    printf 'module capd-rs.local/capdupstream\n\ngo 1.26.0\n\nrequire (\n\tsigs.k8s.io/cluster-api v%s\n\tsigs.k8s.io/cluster-api/api v%s\n\tsigs.k8s.io/cluster-api/test v%s\n)\n' "$v" "$v" "$v" > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/cluster-api/test/infrastructure/docker"\n' > tools.go
+    go mod tidy -e
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/manager" sigs.k8s.io/cluster-api/test/infrastructure/docker
+  )
+  log "built $out/manager"
+}
+
+# Where upstream CAPD's CRDs live (config/crd/bases of the test module).
+capd_upstream_crd_dir() {
+  local dir
+  dir=$(cd /tmp && go mod download -json "sigs.k8s.io/cluster-api/test@v$CAPD_UPSTREAM_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -d $dir ]] || die "could not download sigs.k8s.io/cluster-api/test@v$CAPD_UPSTREAM_VERSION"
+  echo "$dir/infrastructure/docker/config/crd/bases"
+}
+
 # Where the CAPI module's manifests live (CRDs, webhooks) after `go mod download`.
 capi_module_dir() {
   (cd /tmp && go mod download -json "sigs.k8s.io/cluster-api@v$CAPI_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
@@ -161,6 +191,8 @@ for t in "${targets[@]}"; do
     coredns) build_coredns ;;
     all) build_etcd; build_kube; build_kcm; build_capi ;;
     capi-module-dir) capi_module_dir ;;
+    capd-upstream) build_capd_upstream ;;
+    capd-upstream-crd-dir) capd_upstream_crd_dir ;;
     *) die "unknown target $t" ;;
   esac
 done

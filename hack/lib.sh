@@ -18,6 +18,10 @@ ETCD_VERSION=${ETCD_VERSION:-3.6.6}
 # CoreDNS: the version kubeadm v$K8S_VERSION deploys (its CoreDNSVersion).
 COREDNS_VERSION=${COREDNS_VERSION:-1.13.1}
 CAPI_VERSION=${CAPI_VERSION:-1.13.5}
+# Upstream CAPD, the benchmark peer of hack/bench.sh: the newest release for which the Go module
+# proxy has both the test module and the core module it needs (test has v1.13.7+ and v1.14.1-4, core
+# v1.13.4-6 and v1.14.2 only).
+CAPD_UPSTREAM_VERSION=${CAPD_UPSTREAM_VERSION:-1.14.2}
 
 # Cache outside the repository: built binaries, images' rootfs tarballs, Go caches.
 CACHE_DIR=${CAPD_RS_CACHE:-$HOME/.cache/capd-rs}
@@ -62,6 +66,7 @@ mkdir -p "$CACHE_DIR" "$BIN_DIR"
 K8S_BIN_DIR="$BIN_DIR/k8s-v$K8S_VERSION"
 ETCD_BIN_DIR="$BIN_DIR/etcd-v$ETCD_VERSION"
 CAPI_BIN_DIR="$BIN_DIR/capi-v$CAPI_VERSION"
+CAPD_UPSTREAM_BIN_DIR="$BIN_DIR/capd-upstream-v$CAPD_UPSTREAM_VERSION"
 KUBECTL="$K8S_BIN_DIR/kubectl"
 # Certificates of the plane (one CA for everything; see plane.sh).
 PKI_DIR="$PLANE_DIR/pki"

@@ -1,5 +1,8 @@
 //! `cargo run -p xtask -- <task>`: see `--help`.
-use std::{path::PathBuf, process::ExitCode};
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
 use clap::{Parser, Subcommand};
 
@@ -12,6 +15,19 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
+    /// capd-rs, upstream CAPD and the floor provisioning N light machines each, side by side on
+    /// the local plane (run through `hack/bench.sh`, which prepares its inputs).
+    Bench(Box<BenchArgs>),
+    /// Re-draw the table and plot of a bench result.
+    BenchReport {
+        json: PathBuf,
+        png: PathBuf,
+        #[arg(
+            long,
+            default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+        )]
+        font: PathBuf,
+    },
     /// Print the fault matrix as a Markdown table from the rows the fault tests wrote.
     FaultsTable {
         /// Directory of the rows (`tests/faults.rs` writes `$CARGO_TARGET_TMPDIR/faults`).
@@ -36,6 +52,77 @@ enum Task {
     },
 }
 
+#[derive(clap::Args)]
+struct BenchArgs {
+    #[arg(long)]
+    kubeconfig: PathBuf,
+    /// Machine counts, in the order run.
+    #[arg(long, value_delimiter = ',', default_value = "1,10,50,100")]
+    n: Vec<usize>,
+    /// Any of capd-rs, upstream, floor.
+    #[arg(long, value_delimiter = ',', default_value = "floor,capd-rs,upstream")]
+    subjects: Vec<String>,
+    #[arg(long)]
+    capd_rs_manager: PathBuf,
+    #[arg(long)]
+    upstream_manager: PathBuf,
+    #[arg(long)]
+    upstream_version: String,
+    #[arg(long)]
+    own_crds: PathBuf,
+    #[arg(long)]
+    upstream_crds: PathBuf,
+    #[arg(long)]
+    webhook_cert_dir: PathBuf,
+    /// Node image of every machine (both providers and the floor).
+    #[arg(long)]
+    image: String,
+    #[arg(long)]
+    lb_image: String,
+    #[arg(long, default_value = "/var/run/docker.sock")]
+    engine_socket: PathBuf,
+    /// Where logs, the relay's socket and partial results go.
+    #[arg(long)]
+    work_dir: PathBuf,
+    /// Seconds of steady state observed with the machines provisioned.
+    #[arg(long, default_value_t = 20)]
+    idle_seconds: u64,
+    /// `subject=image`: a manager image whose size to report.
+    #[arg(long = "manager-image")]
+    manager_images: Vec<String>,
+    /// The command line to record in the result.
+    #[arg(long, default_value = "hack/bench.sh")]
+    command: String,
+    #[arg(long)]
+    json: PathBuf,
+    #[arg(long)]
+    png: PathBuf,
+    #[arg(long)]
+    markdown: PathBuf,
+    #[arg(
+        long,
+        default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+    )]
+    font: PathBuf,
+}
+
+fn write_bench(
+    report: &xtask::bench::report::Report,
+    json: &Path,
+    png: &Path,
+    markdown: Option<&Path>,
+    font: &Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::write(json, serde_json::to_string_pretty(report)? + "\n")?;
+    report.plot(png, font)?;
+    let table = report.markdown();
+    if let Some(md) = markdown {
+        std::fs::write(md, &table)?;
+    }
+    print!("{table}");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse().task) {
         Ok(true) => ExitCode::SUCCESS,
@@ -49,6 +136,54 @@ fn main() -> ExitCode {
 
 fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
     match task {
+        Task::Bench(a) => {
+            let images = a
+                .manager_images
+                .iter()
+                .map(|s| {
+                    s.split_once('=')
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .ok_or(format!("--manager-image {s}: want subject=image"))
+                })
+                .collect::<Result<_, _>>()?;
+            let cfg = xtask::bench::Config {
+                kubeconfig: a.kubeconfig,
+                ns: a.n,
+                subjects: a.subjects,
+                capd_rs_manager: a.capd_rs_manager,
+                upstream_manager: a.upstream_manager,
+                upstream_version: a.upstream_version,
+                own_crds: a.own_crds,
+                upstream_crds: a.upstream_crds,
+                webhook_cert_dir: a.webhook_cert_dir,
+                image: a.image,
+                lb_image: a.lb_image,
+                engine_socket: a.engine_socket,
+                work_dir: a.work_dir,
+                idle: std::time::Duration::from_secs(a.idle_seconds),
+                images,
+                command: a.command,
+            };
+            let report = tokio::runtime::Runtime::new()?
+                .block_on(xtask::bench::run(cfg))
+                .map_err(|e| format!("{e:#}"))?;
+            write_bench(
+                &report,
+                &a.json,
+                &a.png,
+                Some(a.markdown.as_path()),
+                &a.font,
+            )?;
+            Ok(true)
+        }
+        Task::BenchReport { json, png, font } => {
+            let text =
+                std::fs::read_to_string(&json).map_err(|e| format!("{}: {e}", json.display()))?;
+            let report: xtask::bench::report::Report = serde_json::from_str(&text)?;
+            report.plot(&png, &font)?;
+            print!("{}", report.markdown());
+            Ok(true)
+        }
         Task::FaultsTable { dir, act_goal } => {
             let rows =
                 xtask::faults::read_rows(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -1,0 +1,577 @@
+//! Side by side: capd-rs, upstream CAPD and the floor (the Docker Engine alone) provisioning the
+//! same light machines on the same plane and engine, in one run (`hack/bench.sh`).
+//!
+//! For each N, the subjects run one after another (floor, capd-rs, upstream), so that a drift
+//! of the machine during the run touches all three alike. Both managers run as processes with
+//! the plane's admin kubeconfig and reach the engine through one counting relay
+//! (`docker_count`); each provider runs with its own CRDs (`crds`), swapped between phases.
+//! A machine counts as provisioned when its provider reports the bootstrap done (capd-rs:
+//! `BootstrapExecSucceeded`, upstream v1.14: `BootstrapCompleted`); the bench then checks in
+//! every container that the bootstrap really ran.
+pub mod crds;
+pub mod docker_count;
+pub mod floor;
+pub mod objects;
+pub mod process;
+pub mod report;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use bollard::{
+    Docker,
+    exec::{CreateExecOptions, StartExecResults},
+    query_parameters::{
+        ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
+    },
+};
+use futures::{StreamExt, stream};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+
+use docker_count::DockerCounter;
+use objects::Workload;
+use process::{Manager, Usage};
+use report::{CAPD_RS, FLOOR, Run, UPSTREAM};
+
+/// Every container and network the bench (or capd-rs for it) creates carries this label, with
+/// the run's id as the value.
+pub const LABEL_KEY: &str = "capd-rs.test/run";
+/// Upstream CAPD labels its containers with the cluster name (the run's id); it has no flag to
+/// add one of ours.
+const UPSTREAM_CLUSTER_LABEL: &str = "io.x-k8s.kind.cluster";
+/// Upstream CAPD puts every container on this network and expects it to exist.
+const UPSTREAM_NETWORK: &str = "kind";
+
+pub struct Config {
+    pub kubeconfig: PathBuf,
+    pub ns: Vec<usize>,
+    pub subjects: Vec<String>,
+    pub capd_rs_manager: PathBuf,
+    pub upstream_manager: PathBuf,
+    pub upstream_version: String,
+    pub own_crds: PathBuf,
+    pub upstream_crds: PathBuf,
+    /// tls.crt/tls.key for upstream's webhook server (it will not start without them; nothing
+    /// registers its webhooks).
+    pub webhook_cert_dir: PathBuf,
+    pub image: String,
+    pub lb_image: String,
+    pub engine_socket: PathBuf,
+    pub work_dir: PathBuf,
+    pub idle: Duration,
+    /// Manager images whose size to report, by subject.
+    pub images: BTreeMap<String, String>,
+    pub command: String,
+}
+
+/// Which CRDs the plane has now.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Installed {
+    Own,
+    Upstream,
+}
+
+struct Bench {
+    cfg: Config,
+    client: Client,
+    docker: Docker,
+    counter: DockerCounter,
+    own: Vec<CustomResourceDefinition>,
+    upstream: Vec<CustomResourceDefinition>,
+    installed: Installed,
+}
+
+pub async fn run(cfg: Config) -> Result<report::Report> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(&cfg.kubeconfig)?;
+    let client = Client::try_from(
+        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,
+    )?;
+    let docker = Docker::connect_with_unix(
+        &cfg.engine_socket.to_string_lossy(),
+        120,
+        bollard::API_DEFAULT_VERSION,
+    )?;
+    std::fs::create_dir_all(&cfg.work_dir)?;
+    let counter =
+        DockerCounter::start(cfg.work_dir.join("docker.sock"), cfg.engine_socket.clone())?;
+    let own = crds::load_dir(&cfg.own_crds)?;
+    let upstream = if cfg.subjects.iter().any(|s| s == UPSTREAM) {
+        crds::load_dir(&cfg.upstream_crds)?
+    } else {
+        Vec::new()
+    };
+    let mut bench = Bench {
+        cfg,
+        client,
+        docker,
+        counter,
+        own,
+        upstream,
+        installed: Installed::Own,
+    };
+    let mut report = report::Report {
+        date: chrono_like_now(),
+        host: host_description(&bench.docker).await,
+        command: bench.cfg.command.clone(),
+        upstream_version: bench.cfg.upstream_version.clone(),
+        idle_window_s: bench.cfg.idle.as_secs_f64(),
+        ..Default::default()
+    };
+    for (subject, image) in &bench.cfg.images {
+        let size = bench
+            .docker
+            .inspect_image(image)
+            .await
+            .with_context(|| format!("image {image}"))?
+            .size
+            .unwrap_or(0);
+        report.images.insert(subject.clone(), size as u64);
+    }
+    let result = bench.all(&mut report).await;
+    // Whatever happened, the plane gets our CRDs back.
+    if let Err(e) = bench.install(Installed::Own).await {
+        eprintln!("WARNING: could not restore capd-rs's CRDs: {e:#}");
+    }
+    result.map(|_| report)
+}
+
+impl Bench {
+    async fn all(&mut self, report: &mut report::Report) -> Result<()> {
+        let ns = self.cfg.ns.clone();
+        for n in ns {
+            for subject in [FLOOR, CAPD_RS, UPSTREAM] {
+                if !self.cfg.subjects.iter().any(|s| s == subject) {
+                    continue;
+                }
+                let run = tokio::select! {
+                    r = self.one(subject, n) => r?,
+                    _ = tokio::signal::ctrl_c() => bail!("interrupted"),
+                };
+                say(&format!(
+                    "{subject} N={n}: all provisioned in {:.1} s (p50 {:.1}, p95 {:.1}), deleted in {:.1} s, peak RSS {} MiB, {} Docker calls",
+                    run.provision_s,
+                    run.p50_s,
+                    run.p95_s,
+                    run.delete_s,
+                    run.peak_rss_mib.map_or("–".into(), |v| format!("{v:.1}")),
+                    run.docker_calls_total()
+                ));
+                report.runs.push(run);
+                // The partial result survives an interrupted or failed run.
+                let json = serde_json::to_string_pretty(report)?;
+                std::fs::write(self.cfg.work_dir.join("partial.json"), json)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn one(&mut self, subject: &str, n: usize) -> Result<Run> {
+        let id = format!(
+            "bench-{}-n{n}-{:04}",
+            match subject {
+                CAPD_RS => "rs",
+                UPSTREAM => "up",
+                _ => "fl",
+            },
+            std::process::id() % 10_000
+        );
+        say(&format!("=== {subject} N={n}: run {id}"));
+        let timeout = Duration::from_secs(120 + 3 * n as u64);
+        match subject {
+            FLOOR => self.floor(&id, n).await,
+            _ => {
+                self.install(if subject == UPSTREAM {
+                    Installed::Upstream
+                } else {
+                    Installed::Own
+                })
+                .await?;
+                let network_ours = self.ensure_network(subject, &id).await?;
+                let manager = self.start_manager(subject, &id).await?;
+                let workload = Workload::new(self.client.clone(), &id, &self.cfg.image);
+                let result = tokio::select! {
+                    r = self.provider(subject, n, &workload, &manager, timeout) => r,
+                    _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+                };
+                if result.is_err() {
+                    say(&format!(
+                        "run failed; manager log kept: {}",
+                        manager.log.display()
+                    ));
+                }
+                // With the manager still running, so that it honours its finalizers.
+                workload.teardown().await;
+                manager.stop().await;
+                self.remove_containers(subject, &id).await;
+                if let Some(net) = network_ours {
+                    let _ = self.docker.remove_network(&net).await;
+                }
+                result
+            }
+        }
+    }
+
+    /// The provider's phases on a running manager: cluster, machines, idle, deletion.
+    async fn provider(
+        &self,
+        subject: &str,
+        n: usize,
+        w: &Workload,
+        manager: &Manager,
+        timeout: Duration,
+    ) -> Result<Run> {
+        w.create_cluster(Duration::from_secs(180))
+            .await
+            .context("DockerCluster not provisioned")?;
+        let uids = w.create_machines(n).await?;
+        let before = self.reading(manager).await?;
+        let condition = if subject == UPSTREAM {
+            "BootstrapCompleted"
+        } else {
+            "BootstrapExecSucceeded"
+        };
+        let api = w.docker_machines();
+        let (times, created) = tokio::join!(
+            objects::wait_all(&api, n, timeout, |o| objects::condition_true(o, condition)),
+            w.create_docker_machines(&uids)
+        );
+        created?;
+        let times =
+            times.with_context(|| format!("waiting for {condition} on {n} DockerMachines"))?;
+        let after = self.reading(manager).await?;
+        tokio::time::sleep(self.cfg.idle).await;
+        let idle = self.reading(manager).await?;
+        let names: Vec<String> = (0..n).map(|i| w.machine_name(i)).collect();
+        self.check_bootstrapped(subject, &w.cluster, &names).await?;
+
+        let del_before = self.counter.snapshot();
+        let start = Instant::now();
+        w.delete_all(&api, timeout)
+            .await
+            .context("deleting DockerMachines")?;
+        let delete_s = start.elapsed().as_secs_f64();
+        let del_after = self.counter.snapshot();
+        let end = manager.usage();
+
+        let secs: Vec<f64> = times.values().map(Duration::as_secs_f64).collect();
+        Ok(Run {
+            subject: subject.into(),
+            n,
+            provision_s: secs.iter().copied().fold(0.0, f64::max),
+            p50_s: report::percentile(&secs, 50.0),
+            p95_s: report::percentile(&secs, 95.0),
+            delete_s,
+            peak_rss_mib: Some(end.peak_rss_mib),
+            provision_cpu_s: Some(after.usage.cpu_s - before.usage.cpu_s),
+            total_cpu_s: Some(end.cpu_s),
+            idle_cpu_pct: Some(
+                100.0 * (idle.usage.cpu_s - after.usage.cpu_s) / self.cfg.idle.as_secs_f64(),
+            ),
+            api_requests: Some(after.api_total - before.api_total),
+            idle_api_requests: Some(idle.api_total - after.api_total),
+            docker_calls: docker_count::delta(&before.docker, &after.docker),
+            idle_docker_calls: docker_count::total(&docker_count::delta(
+                &after.docker,
+                &idle.docker,
+            )),
+            delete_docker_calls: docker_count::total(&docker_count::delta(&del_before, &del_after)),
+        })
+    }
+
+    async fn floor(&self, id: &str, n: usize) -> Result<Run> {
+        let network = id.to_string();
+        self.create_network(&network, id).await?;
+        let floor = floor::Floor::new(
+            &self.counter.docker_host(),
+            &self.cfg.image,
+            (LABEL_KEY, id),
+            &network,
+        )?;
+        let before = self.counter.snapshot();
+        let result = async {
+            let times = floor.provision(id, n).await?;
+            let after = self.counter.snapshot();
+            let names: Vec<String> = (0..n).map(|i| format!("{id}-{i}")).collect();
+            self.check_bootstrapped(FLOOR, id, &names).await?;
+            let delete_s = floor.remove(id, n).await?.as_secs_f64();
+            let end = self.counter.snapshot();
+            let secs: Vec<f64> = times.values().map(Duration::as_secs_f64).collect();
+            Ok(Run {
+                subject: FLOOR.into(),
+                n,
+                provision_s: secs.iter().copied().fold(0.0, f64::max),
+                p50_s: report::percentile(&secs, 50.0),
+                p95_s: report::percentile(&secs, 95.0),
+                delete_s,
+                docker_calls: docker_count::delta(&before, &after),
+                delete_docker_calls: docker_count::total(&docker_count::delta(&after, &end)),
+                ..Default::default()
+            })
+        }
+        .await;
+        self.remove_containers(FLOOR, id).await;
+        let _ = self.docker.remove_network(&network).await;
+        result
+    }
+
+    async fn reading(&self, manager: &Manager) -> Result<Reading> {
+        Ok(Reading {
+            usage: manager.usage(),
+            api_total: manager.api_requests().await?.values().sum(),
+            docker: self.counter.snapshot(),
+        })
+    }
+
+    async fn install(&mut self, want: Installed) -> Result<()> {
+        if self.installed == want {
+            return Ok(());
+        }
+        match want {
+            Installed::Upstream => crds::install(&self.client, &self.upstream).await?,
+            Installed::Own => {
+                crds::install(&self.client, &self.own).await?;
+                crds::remove_extra(&self.client, &self.upstream, &self.own).await?;
+            }
+        }
+        self.installed = want;
+        Ok(())
+    }
+
+    async fn start_manager(&self, subject: &str, id: &str) -> Result<Manager> {
+        let port = process::free_port()?;
+        let kubeconfig = format!("--kubeconfig={}", self.cfg.kubeconfig.display());
+        let log = self.cfg.work_dir.join(format!("{id}.log"));
+        let env = [("DOCKER_HOST", self.counter.docker_host())];
+        if subject == UPSTREAM {
+            let (metrics, webhook) = (process::free_port()?, process::free_port()?);
+            let args = vec![
+                kubeconfig,
+                "--leader-elect=false".into(),
+                format!("--watch-filter={id}"),
+                format!("--health-addr=127.0.0.1:{port}"),
+                format!("--diagnostics-address=127.0.0.1:{metrics}"),
+                "--insecure-diagnostics".into(),
+                format!("--webhook-port={webhook}"),
+                format!("--webhook-cert-dir={}", self.cfg.webhook_cert_dir.display()),
+            ];
+            Manager::start(
+                &self.cfg.upstream_manager,
+                &args,
+                &env,
+                log,
+                format!("http://127.0.0.1:{port}/readyz"),
+                format!("http://127.0.0.1:{metrics}/metrics"),
+                process::CLIENT_GO_REQUESTS,
+            )
+            .await
+        } else {
+            let args = vec![
+                kubeconfig,
+                format!("--watch-filter={id}"),
+                format!("--container-label={LABEL_KEY}={id}"),
+                format!("--docker-network={id}"),
+                format!("--health-addr=127.0.0.1:{port}"),
+                format!("--lb-image={}", self.cfg.lb_image),
+            ];
+            Manager::start(
+                &self.cfg.capd_rs_manager,
+                &args,
+                &env,
+                log,
+                format!("http://127.0.0.1:{port}/readyz"),
+                format!("http://127.0.0.1:{port}/metrics"),
+                process::CAPD_RS_REQUESTS,
+            )
+            .await
+        }
+    }
+
+    /// capd-rs creates (and labels) its own network; upstream expects `kind` to exist. Returns
+    /// the network to remove after the run, if the bench created it.
+    async fn ensure_network(&self, subject: &str, id: &str) -> Result<Option<String>> {
+        if subject != UPSTREAM {
+            return Ok(None);
+        }
+        let opts = ListNetworksOptionsBuilder::new()
+            .filters(&HashMap::from([("name", vec![UPSTREAM_NETWORK])]))
+            .build();
+        let exists = self
+            .docker
+            .list_networks(Some(opts))
+            .await?
+            .iter()
+            .any(|n| n.name.as_deref() == Some(UPSTREAM_NETWORK));
+        if exists {
+            return Ok(None);
+        }
+        self.create_network(UPSTREAM_NETWORK, id).await?;
+        Ok(Some(UPSTREAM_NETWORK.into()))
+    }
+
+    async fn create_network(&self, name: &str, id: &str) -> Result<()> {
+        self.docker
+            .create_network(bollard::models::NetworkCreateRequest {
+                name: name.to_string(),
+                labels: Some(HashMap::from([(LABEL_KEY.to_string(), id.to_string())])),
+                ..Default::default()
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Proof that the provider did the work it reported: the bootstrap's file exists in every
+    /// machine's container (read on the engine directly, not through the counting relay).
+    async fn check_bootstrapped(
+        &self,
+        subject: &str,
+        cluster: &str,
+        machines: &[String],
+    ) -> Result<()> {
+        let containers = self.containers(subject, cluster).await?;
+        let missing: Vec<&String> = machines
+            .iter()
+            .filter(|m| {
+                !containers.iter().any(|c| {
+                    c == *m || c.ends_with(&format!("-{m}")) || c == &format!("{cluster}-{m}")
+                })
+            })
+            .collect();
+        if !missing.is_empty() {
+            bail!(
+                "{subject}: no container for {} machine(s), e.g. {}",
+                missing.len(),
+                missing[0]
+            );
+        }
+        let failed: Vec<String> = stream::iter(containers.iter().filter(|c| !c.ends_with("-lb")))
+            .map(|c| async move {
+                let ok = self.exec_ok(c, "test -s /etc/capd-bench/hello.txt && test -f /run/cluster-api/bootstrap-success.complete").await;
+                (!ok).then(|| c.clone())
+            })
+            .buffer_unordered(8)
+            .filter_map(|x| async move { x })
+            .collect()
+            .await;
+        if !failed.is_empty() {
+            bail!(
+                "{subject}: bootstrap not done in {} container(s), e.g. {}",
+                failed.len(),
+                failed[0]
+            );
+        }
+        Ok(())
+    }
+
+    async fn exec_ok(&self, container: &str, script: &str) -> bool {
+        let Ok(exec) = self
+            .docker
+            .create_exec(
+                container,
+                CreateExecOptions {
+                    cmd: Some(vec!["sh", "-c", script]),
+                    attach_stdout: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+        else {
+            return false;
+        };
+        if let Ok(StartExecResults::Attached { mut output, .. }) =
+            self.docker.start_exec(&exec.id, None).await
+        {
+            while output.next().await.is_some() {}
+        }
+        matches!(self.docker.inspect_exec(&exec.id).await, Ok(i) if i.exit_code == Some(0))
+    }
+
+    /// Names of the run's containers.
+    async fn containers(&self, subject: &str, id: &str) -> Result<Vec<String>> {
+        let label = if subject == UPSTREAM {
+            format!("{UPSTREAM_CLUSTER_LABEL}={id}")
+        } else {
+            format!("{LABEL_KEY}={id}")
+        };
+        let opts = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&HashMap::from([("label", vec![label.as_str()])]))
+            .build();
+        Ok(self
+            .docker
+            .list_containers(Some(opts))
+            .await?
+            .into_iter()
+            .flat_map(|c| c.names.unwrap_or_default())
+            .map(|n| n.trim_start_matches('/').to_string())
+            .collect())
+    }
+
+    /// Anything of the run's the provider left behind.
+    async fn remove_containers(&self, subject: &str, id: &str) {
+        let left = self.containers(subject, id).await.unwrap_or_default();
+        if !left.is_empty() && subject != FLOOR {
+            say(&format!(
+                "WARNING: {subject} left {} container(s) after deletion",
+                left.len()
+            ));
+        }
+        for c in left {
+            let opts = RemoveContainerOptionsBuilder::new()
+                .force(true)
+                .v(true)
+                .build();
+            let _ = self.docker.remove_container(&c, Some(opts)).await;
+        }
+    }
+}
+
+struct Reading {
+    usage: Usage,
+    api_total: u64,
+    docker: BTreeMap<String, u64>,
+}
+
+fn say(msg: &str) {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() % 86_400)
+        .unwrap_or(0);
+    eprintln!(
+        "{:02}:{:02}:{:02} [bench] {msg}",
+        t / 3600,
+        t / 60 % 60,
+        t % 60
+    );
+}
+
+fn chrono_like_now() -> String {
+    std::process::Command::new("date")
+        .arg("-Is")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+async fn host_description(docker: &Docker) -> String {
+    let engine = docker
+        .version()
+        .await
+        .ok()
+        .map(|v| {
+            format!(
+                "Docker Engine {} (API {})",
+                v.version.unwrap_or_default(),
+                v.api_version.unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cores} cores, {engine}")
+}

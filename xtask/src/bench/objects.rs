@@ -1,0 +1,347 @@
+//! The workload as Cluster API objects: one Cluster with its DockerCluster, a bootstrap Secret,
+//! N Machines and their DockerMachines (machine 0 is a control plane). The same manifests serve
+//! both providers; they are created in parallel so that the client is not what is measured.
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::{
+    Api, Client,
+    api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+        PostParams,
+    },
+    runtime::{WatchStreamExt, watcher},
+};
+use serde_json::{Value, json};
+
+const CAPI: &str = "cluster.x-k8s.io/v1beta2";
+const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta2";
+
+/// How many creates or deletes are in flight at once.
+const CLIENT_PARALLELISM: usize = 32;
+
+/// The bootstrap data every machine runs: a file and a command, and the sentinel both providers
+/// look for.
+const BOOTSTRAP: &str = "#cloud-config
+write_files:
+- path: /etc/capd-bench/hello.txt
+  permissions: \"0644\"
+  content: |
+    written by the capd-rs bench
+runcmd:
+- [sh, -c, \"mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\"]
+";
+
+fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').expect("group/version");
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// One run's objects, all in namespace `ns` and labelled for the manager's watch filter.
+pub struct Workload {
+    client: Client,
+    pub ns: String,
+    pub cluster: String,
+    filter: String,
+    image: String,
+}
+
+impl Workload {
+    pub fn new(client: Client, id: &str, image: &str) -> Self {
+        Self {
+            client,
+            ns: id.to_string(),
+            cluster: id.to_string(),
+            filter: id.to_string(),
+            image: image.to_string(),
+        }
+    }
+
+    fn api(&self, api_version: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &resource(api_version, kind, plural),
+        )
+    }
+    pub fn clusters(&self) -> Api<DynamicObject> {
+        self.api(CAPI, "Cluster", "clusters")
+    }
+    pub fn machines(&self) -> Api<DynamicObject> {
+        self.api(CAPI, "Machine", "machines")
+    }
+    pub fn docker_clusters(&self) -> Api<DynamicObject> {
+        self.api(INFRA, "DockerCluster", "dockerclusters")
+    }
+    pub fn docker_machines(&self) -> Api<DynamicObject> {
+        self.api(INFRA, "DockerMachine", "dockermachines")
+    }
+
+    fn labels(&self, control_plane: bool) -> Value {
+        let mut l = json!({
+            "cluster.x-k8s.io/watch-filter": self.filter,
+            "cluster.x-k8s.io/cluster-name": self.cluster,
+        });
+        if control_plane {
+            l["cluster.x-k8s.io/control-plane"] = json!("");
+        }
+        l
+    }
+
+    pub fn machine_name(&self, i: usize) -> String {
+        if i == 0 {
+            format!("{}-cp-0", self.cluster)
+        } else {
+            format!("{}-w-{i}", self.cluster)
+        }
+    }
+
+    /// Namespace, Cluster, DockerCluster and the bootstrap Secret; waits for the DockerCluster
+    /// provisioned (its load balancer) and marks the Cluster's infrastructure provisioned, as
+    /// the core Cluster controller would.
+    pub async fn create_cluster(&self, timeout: Duration) -> Result<Duration> {
+        let pp = PostParams::default();
+        let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": self.ns}}))?;
+        Api::<Namespace>::all(self.client.clone())
+            .create(&pp, &ns)
+            .await?;
+        let cluster = obj(json!({
+            "apiVersion": CAPI, "kind": "Cluster",
+            "metadata": {"name": self.cluster, "namespace": self.ns, "labels": self.labels(false)},
+            "spec": {
+                "clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}, "services": {"cidrBlocks": ["10.128.0.0/12"]}},
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": self.cluster}
+            }
+        }))?;
+        let cluster = self.clusters().create(&pp, &cluster).await?;
+        let uid = cluster.metadata.uid.context("Cluster uid")?;
+        let start = Instant::now();
+        let dc = obj(json!({
+            "apiVersion": INFRA, "kind": "DockerCluster",
+            "metadata": {
+                "name": self.cluster, "namespace": self.ns, "labels": self.labels(false),
+                "ownerReferences": [{"apiVersion": CAPI, "kind": "Cluster", "name": self.cluster, "uid": uid}]
+            },
+            "spec": {}
+        }))?;
+        self.docker_clusters().create(&pp, &dc).await?;
+        let provisioned = |o: &DynamicObject| {
+            o.data.pointer("/status/initialization/provisioned") == Some(&json!(true))
+        };
+        wait_all(&self.docker_clusters(), 1, timeout, |o| provisioned(o)).await?;
+        let took = start.elapsed();
+        self.clusters()
+            .patch_status(
+                &self.cluster,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"status": {"initialization": {"infrastructureProvisioned": true}}}),
+                ),
+            )
+            .await?;
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": self.secret_name(), "namespace": self.ns,
+                         "labels": {"cluster.x-k8s.io/cluster-name": self.cluster}},
+            "type": "cluster.x-k8s.io/secret",
+            "stringData": {"format": "cloud-config", "value": BOOTSTRAP}
+        }))?;
+        Api::<Secret>::namespaced(self.client.clone(), &self.ns)
+            .create(&pp, &secret)
+            .await?;
+        Ok(took)
+    }
+
+    fn secret_name(&self) -> String {
+        format!("{}-bootstrap", self.cluster)
+    }
+
+    /// N Machines in parallel; returns their UIDs by name.
+    pub async fn create_machines(&self, n: usize) -> Result<HashMap<String, String>> {
+        let api = self.machines();
+        let objs = (0..n)
+            .map(|i| {
+                let name = self.machine_name(i);
+                obj(json!({
+                    "apiVersion": CAPI, "kind": "Machine",
+                    "metadata": {"name": name, "namespace": self.ns, "labels": self.labels(i == 0)},
+                    "spec": {
+                        "clusterName": self.cluster, "version": "v1.35.0",
+                        "bootstrap": {"dataSecretName": self.secret_name()},
+                        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerMachine", "name": name}
+                    }
+                }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let created: Vec<DynamicObject> = stream::iter(objs)
+            .map(|o| {
+                let api = api.clone();
+                async move { api.create(&PostParams::default(), &o).await }
+            })
+            .buffer_unordered(CLIENT_PARALLELISM)
+            .try_collect()
+            .await?;
+        Ok(created
+            .into_iter()
+            .filter_map(|m| Some((m.metadata.name?, m.metadata.uid?)))
+            .collect())
+    }
+
+    /// The DockerMachines of the Machines, created in parallel.
+    pub async fn create_docker_machines(&self, uids: &HashMap<String, String>) -> Result<()> {
+        let api = self.docker_machines();
+        let objs = (0..uids.len())
+            .map(|i| {
+                let name = self.machine_name(i);
+                let uid = uids.get(&name).with_context(|| format!("Machine {name} uid"))?;
+                obj(json!({
+                    "apiVersion": INFRA, "kind": "DockerMachine",
+                    "metadata": {
+                        "name": name, "namespace": self.ns, "labels": self.labels(i == 0),
+                        "ownerReferences": [{"apiVersion": CAPI, "kind": "Machine", "name": name, "uid": uid}]
+                    },
+                    "spec": {"customImage": self.image}
+                }))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        stream::iter(objs)
+            .map(|o| {
+                let api = api.clone();
+                async move { api.create(&PostParams::default(), &o).await }
+            })
+            .buffer_unordered(CLIENT_PARALLELISM)
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes every object of `api` in the namespace with one request and waits until none is
+    /// left.
+    pub async fn delete_all(&self, api: &Api<DynamicObject>, timeout: Duration) -> Result<()> {
+        api.delete_collection(&DeleteParams::background(), &ListParams::default())
+            .await?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = api.list_metadata(&ListParams::default()).await?.items.len();
+            if left == 0 {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{left} objects left after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Everything the run created, also after a failure: what is still there after a grace
+    /// period loses its finalizers (this namespace only), then the namespace goes.
+    pub async fn teardown(&self) {
+        // The provider's objects get a minute (the manager removes its containers and then
+        // its finalizers); CAPI's own only a few seconds: with no workload cluster, the core
+        // controllers can hold a Machine's deletion much longer, and that is not measured here.
+        let apis = [
+            (self.docker_machines(), 60),
+            (self.docker_clusters(), 60),
+            (self.machines(), 10),
+            (self.clusters(), 10),
+        ];
+        for (api, secs) in &apis {
+            if self
+                .delete_all(api, Duration::from_secs(*secs))
+                .await
+                .is_err()
+            {
+                strip_finalizers(api).await;
+            }
+        }
+        let _ = Api::<Namespace>::all(self.client.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
+    }
+}
+
+async fn strip_finalizers(api: &Api<DynamicObject>) {
+    let Ok(list) = api.list_metadata(&ListParams::default()).await else {
+        return;
+    };
+    for o in list.items {
+        if let Some(name) = o.metadata.name {
+            let _ = api
+                .patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                )
+                .await;
+        }
+    }
+}
+
+fn obj(v: Value) -> Result<DynamicObject> {
+    Ok(serde_json::from_value(v)?)
+}
+
+/// Whether condition `type_` of an object is True.
+pub fn condition_true(o: &DynamicObject, type_: &str) -> bool {
+    o.data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == type_ && c["status"] == "True")
+        })
+}
+
+/// Waits until `n` objects of `api` satisfy `done`; returns when each first did, by name,
+/// measured from the call.
+pub async fn wait_all(
+    api: &Api<DynamicObject>,
+    n: usize,
+    timeout: Duration,
+    done: impl Fn(&DynamicObject) -> bool,
+) -> Result<BTreeMap<String, Duration>> {
+    let start = Instant::now();
+    let mut seen = BTreeMap::new();
+    let events = watcher(api.clone(), watcher::Config::default()).applied_objects();
+    let mut events = std::pin::pin!(events);
+    let result = tokio::time::timeout(timeout, async {
+        while let Some(o) = events.try_next().await? {
+            if let Some(name) = o.metadata.name.clone().filter(|_| done(&o)) {
+                seen.entry(name).or_insert_with(|| start.elapsed());
+            }
+            if seen.len() >= n {
+                return Ok::<_, anyhow::Error>(());
+            }
+        }
+        bail!("watch ended")
+    })
+    .await;
+    match result {
+        Ok(r) => r.map(|_| seen),
+        Err(_) => bail!("{} of {n} done after {timeout:?}", seen.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_are_read_by_type_and_status() {
+        let o: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": INFRA, "kind": "DockerMachine", "metadata": {"name": "m"},
+            "status": {"conditions": [
+                {"type": "BootstrapCompleted", "status": "False"},
+                {"type": "BootstrapExecSucceeded", "status": "True"}
+            ]}
+        }))
+        .unwrap();
+        assert!(condition_true(&o, "BootstrapExecSucceeded"));
+        assert!(!condition_true(&o, "BootstrapCompleted"));
+        assert!(!condition_true(&o, "Ready"));
+    }
+}

@@ -1,0 +1,245 @@
+//! The manager under test as a process: started with the flags its subject needs, read from
+//! `/proc` (peak RSS, CPU seconds) and from its own `/metrics` (Kubernetes API requests), and
+//! stopped with SIGTERM.
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use anyhow::{Context, Result, bail};
+use tokio::process::{Child, Command};
+
+/// How a manager reports its Kubernetes API requests on `/metrics`: the metric and the label
+/// that holds the verb or method.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestMetric {
+    pub name: &'static str,
+    pub label: &'static str,
+}
+
+/// capd-rs: one counter per request, by verb.
+pub const CAPD_RS_REQUESTS: RequestMetric = RequestMetric {
+    name: "capd_kube_api_requests_total",
+    label: "verb",
+};
+/// controller-runtime's client-go adapter: by HTTP method.
+pub const CLIENT_GO_REQUESTS: RequestMetric = RequestMetric {
+    name: "rest_client_requests_total",
+    label: "method",
+};
+
+pub struct Manager {
+    child: Child,
+    pub pid: u32,
+    metrics_url: String,
+    requests: RequestMetric,
+    pub log: PathBuf,
+}
+
+impl Manager {
+    /// Starts `bin` with `args` (stdout and stderr to `log`) and waits up to a minute for
+    /// `ready_url` to answer 200.
+    pub async fn start(
+        bin: &Path,
+        args: &[String],
+        env: &[(&str, String)],
+        log: PathBuf,
+        ready_url: String,
+        metrics_url: String,
+        requests: RequestMetric,
+    ) -> Result<Self> {
+        let out =
+            std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("start {}", bin.display()))?;
+        let pid = child.id().context("manager pid")?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "{} exited at start ({status}); see {}",
+                    bin.display(),
+                    log.display()
+                );
+            }
+            if get(&ready_url).await.is_ok() {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("{ready_url} not ready after 60 s; see {}", log.display());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(Self {
+            child,
+            pid,
+            metrics_url,
+            requests,
+            log,
+        })
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Kubernetes API requests so far, by verb or method.
+    pub async fn api_requests(&self) -> Result<BTreeMap<String, u64>> {
+        let text = get(&self.metrics_url).await?;
+        Ok(sum_by(&text, self.requests))
+    }
+
+    pub fn usage(&self) -> Usage {
+        Usage::of(self.pid)
+    }
+
+    /// SIGTERM, then SIGKILL after 30 s.
+    pub async fn stop(mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
+        if tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// A process's peak resident set and CPU time so far.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    pub peak_rss_mib: f64,
+    pub cpu_s: f64,
+}
+
+impl Usage {
+    pub fn of(pid: u32) -> Self {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        Self {
+            peak_rss_mib: vm_hwm_kib(&status) as f64 / 1024.0,
+            cpu_s: cpu_ticks(&stat) as f64 / CLOCK_TICKS,
+        }
+    }
+}
+
+/// `USER_HZ`, the unit of the times in `/proc/<pid>/stat`: 100 on every Linux ABI this runs on.
+const CLOCK_TICKS: f64 = 100.0;
+
+fn vm_hwm_kib(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// utime + stime: fields 14 and 15 of `stat`, counted after the `(comm)` that may hold spaces.
+fn cpu_ticks(stat: &str) -> u64 {
+    let Some((_, rest)) = stat.rsplit_once(") ") else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // `rest` starts at field 3 (state).
+    field(11) + field(12)
+}
+
+/// Sums a counter's samples by one label: `name{..label="v"..} 3` lines.
+pub fn sum_by(metrics: &str, m: RequestMetric) -> BTreeMap<String, u64> {
+    let key = format!("{}=\"", m.label);
+    let mut out = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix(m.name) else {
+            continue;
+        };
+        let Some(labels) = rest.strip_prefix('{') else {
+            continue;
+        };
+        let Some((labels, value)) = labels.rsplit_once('}') else {
+            continue;
+        };
+        let Some(start) = labels.find(&key) else {
+            continue;
+        };
+        let v = &labels[start + key.len()..];
+        let v = v.split('"').next().unwrap_or_default();
+        let n = value.trim().parse::<f64>().unwrap_or(0.0);
+        *out.entry(v.to_string()).or_default() += n as u64;
+    }
+    out
+}
+
+/// A plain HTTP GET on 127.0.0.1 (health and metrics endpoints).
+pub async fn get(url: &str) -> Result<String> {
+    let resp = reqwest::Client::new()
+        .get(url)
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await?;
+    if !resp.status().is_success() {
+        bail!("GET {url}: {}", resp.status());
+    }
+    Ok(resp.text().await?)
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on now.
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_sum_by_label_across_other_labels() {
+        let text = "# HELP x\n\
+            rest_client_requests_total{code=\"200\",host=\"127.0.0.1:6443\",method=\"GET\"} 10\n\
+            rest_client_requests_total{code=\"404\",host=\"127.0.0.1:6443\",method=\"GET\"} 2\n\
+            rest_client_requests_total{code=\"201\",host=\"127.0.0.1:6443\",method=\"POST\"} 3\n\
+            rest_client_request_duration_seconds_bucket{method=\"GET\",le=\"1\"} 99\n";
+        assert_eq!(
+            sum_by(text, CLIENT_GO_REQUESTS),
+            BTreeMap::from([("GET".to_string(), 12), ("POST".into(), 3)])
+        );
+        let ours = "capd_kube_api_requests_total{kind=\"DockerMachine\",verb=\"patch\"} 4\ncapd_kube_api_requests_total{kind=\"Machine\",verb=\"get\"} 1\n";
+        assert_eq!(
+            sum_by(ours, CAPD_RS_REQUESTS),
+            BTreeMap::from([("get".to_string(), 1), ("patch".into(), 4)])
+        );
+    }
+
+    #[test]
+    fn proc_fields_are_read_past_a_comm_with_spaces() {
+        let stat = "42 (my manager) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 1 2 3";
+        assert_eq!(cpu_ticks(stat), 300);
+        assert_eq!(
+            vm_hwm_kib("Name:\tm\nVmHWM:\t   20480 kB\nVmRSS:\t1 kB\n"),
+            20480
+        );
+        assert_eq!(cpu_ticks("garbage"), 0);
+    }
+}

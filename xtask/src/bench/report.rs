@@ -1,0 +1,361 @@
+//! The bench's result: one `Run` per subject and N, the managers' image sizes, the ratios the
+//! goals are stated in, a Markdown table and a PNG plot.
+use std::{collections::BTreeMap, path::Path};
+
+use plotters::prelude::*;
+use serde::{Deserialize, Serialize};
+
+pub const CAPD_RS: &str = "capd-rs";
+pub const UPSTREAM: &str = "upstream";
+pub const FLOOR: &str = "floor";
+
+/// One subject at one N. Times in seconds from the start of creating the DockerMachines (the
+/// floor: of its first container create).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    pub subject: String,
+    pub n: usize,
+    /// All N bootstrapped.
+    pub provision_s: f64,
+    /// Per machine: when it was bootstrapped, median and 95th percentile.
+    pub p50_s: f64,
+    pub p95_s: f64,
+    /// From deleting the DockerMachines (one request) to all gone (the floor: all removed).
+    pub delete_s: f64,
+    /// The manager's peak RSS (VmHWM) by the end of the run, MiB.
+    pub peak_rss_mib: Option<f64>,
+    /// The manager's CPU seconds from creating the DockerMachines to all bootstrapped.
+    pub provision_cpu_s: Option<f64>,
+    /// The manager's CPU seconds from its start to the end of the deletion.
+    pub total_cpu_s: Option<f64>,
+    /// The manager's CPU use with the N machines provisioned and nothing changing, % of a core.
+    pub idle_cpu_pct: Option<f64>,
+    /// Kubernetes API requests from creating the DockerMachines to all bootstrapped.
+    pub api_requests: Option<u64>,
+    /// ... and during the idle window.
+    pub idle_api_requests: Option<u64>,
+    /// Docker Engine calls (counted on the wire) from creating the DockerMachines to all
+    /// bootstrapped, by operation.
+    pub docker_calls: BTreeMap<String, u64>,
+    /// ... during the idle window.
+    pub idle_docker_calls: u64,
+    /// ... during the deletion.
+    pub delete_docker_calls: u64,
+}
+
+impl Run {
+    pub fn docker_calls_total(&self) -> u64 {
+        self.docker_calls.values().sum()
+    }
+    pub fn per_machine(&self, count: u64) -> f64 {
+        count as f64 / self.n.max(1) as f64
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub date: String,
+    pub host: String,
+    /// The command that produced it.
+    pub command: String,
+    pub upstream_version: String,
+    pub idle_window_s: f64,
+    /// Manager image sizes in bytes, by subject.
+    pub images: BTreeMap<String, u64>,
+    pub runs: Vec<Run>,
+}
+
+/// Nearest-rank percentile of unsorted values.
+pub fn percentile(values: &[f64], p: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// A goal as a ratio: measured value, the bound, whether it holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ratio {
+    pub what: String,
+    pub value: f64,
+    pub bound: f64,
+}
+
+impl Ratio {
+    pub fn holds(&self) -> bool {
+        self.value <= self.bound
+    }
+}
+
+impl Report {
+    pub fn run(&self, subject: &str, n: usize) -> Option<&Run> {
+        self.runs.iter().find(|r| r.subject == subject && r.n == n)
+    }
+
+    fn ns(&self) -> Vec<usize> {
+        let mut ns: Vec<usize> = self.runs.iter().map(|r| r.n).collect();
+        ns.sort_unstable();
+        ns.dedup();
+        ns
+    }
+
+    /// The issue's goals, for the N this report has.
+    pub fn ratios(&self) -> Vec<Ratio> {
+        let mut out = Vec::new();
+        let ratio = |what: String, a: f64, b: f64, bound: f64| Ratio {
+            what,
+            value: if b > 0.0 { a / b } else { f64::INFINITY },
+            bound,
+        };
+        for n in self.ns().into_iter().filter(|n| *n >= 10) {
+            let Some(ours) = self.run(CAPD_RS, n) else {
+                continue;
+            };
+            if let Some(up) = self.run(UPSTREAM, n) {
+                out.push(ratio(
+                    format!("provision time vs upstream, N={n}"),
+                    ours.provision_s,
+                    up.provision_s,
+                    0.5,
+                ));
+            }
+            if let Some(floor) = self.run(FLOOR, n) {
+                out.push(ratio(
+                    format!("provision time vs floor, N={n}"),
+                    ours.provision_s,
+                    floor.provision_s,
+                    1.3,
+                ));
+            }
+        }
+        let peak = |s: &str, f: fn(&Run) -> Option<f64>| {
+            self.runs
+                .iter()
+                .filter(|r| r.subject == s)
+                .filter_map(f)
+                .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+        };
+        if let (Some(a), Some(b)) = (
+            peak(CAPD_RS, |r| r.peak_rss_mib),
+            peak(UPSTREAM, |r| r.peak_rss_mib),
+        ) {
+            out.push(ratio(
+                "peak RSS vs upstream (largest N)".into(),
+                a,
+                b,
+                1.0 / 3.0,
+            ));
+        }
+        let cpu = |s: &str| -> Option<f64> {
+            self.runs
+                .iter()
+                .filter(|r| r.subject == s)
+                .map(|r| r.total_cpu_s)
+                .sum()
+        };
+        if let (Some(a), Some(b)) = (cpu(CAPD_RS), cpu(UPSTREAM)) {
+            out.push(ratio(
+                "CPU seconds vs upstream (all N, start to deleted)".into(),
+                a,
+                b,
+                1.0 / 3.0,
+            ));
+        }
+        if let (Some(a), Some(b)) = (self.images.get(CAPD_RS), self.images.get(UPSTREAM)) {
+            out.push(ratio(
+                "manager image vs upstream".into(),
+                *a as f64,
+                *b as f64,
+                1.0 / 3.0,
+            ));
+        }
+        // Flat: requests per machine at the largest N against the smallest N of at least 10.
+        let ours: Vec<&Run> = self
+            .ns()
+            .into_iter()
+            .filter(|n| *n >= 10)
+            .filter_map(|n| self.run(CAPD_RS, n))
+            .collect();
+        if let (Some(lo), Some(hi)) = (ours.first(), ours.last())
+            && let (Some(a), Some(b)) = (hi.api_requests, lo.api_requests)
+        {
+            out.push(ratio(
+                format!("API requests per machine, N={} vs N={}", hi.n, lo.n),
+                hi.per_machine(a),
+                lo.per_machine(b),
+                1.1,
+            ));
+        }
+        out
+    }
+
+    /// The README's table: one row per N and subject.
+    pub fn markdown(&self) -> String {
+        let mut s = String::from(
+            "| N | subject | provisioned s | p50 / p95 s | deleted s | peak RSS MiB | CPU s (provision / total) | idle CPU % | API requests / machine | Docker calls / machine |\n\
+             |---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        let opt =
+            |v: Option<f64>, prec: usize| v.map_or("–".to_string(), |v| format!("{v:.prec$}"));
+        for n in self.ns() {
+            for subject in [CAPD_RS, UPSTREAM, FLOOR] {
+                let Some(r) = self.run(subject, n) else {
+                    continue;
+                };
+                s.push_str(&format!(
+                    "| {n} | {subject} | {:.1} | {:.1} / {:.1} | {:.1} | {} | {} / {} | {} | {} | {:.1} |\n",
+                    r.provision_s,
+                    r.p50_s,
+                    r.p95_s,
+                    r.delete_s,
+                    opt(r.peak_rss_mib, 1),
+                    opt(r.provision_cpu_s, 2),
+                    opt(r.total_cpu_s, 2),
+                    opt(r.idle_cpu_pct, 2),
+                    opt(r.api_requests.map(|a| r.per_machine(a)), 1),
+                    r.per_machine(r.docker_calls_total()),
+                ));
+            }
+        }
+        if !self.images.is_empty() {
+            s.push_str("\nManager images: ");
+            let parts: Vec<String> = self
+                .images
+                .iter()
+                .map(|(k, v)| format!("{k} {:.1} MB", *v as f64 / 1e6))
+                .collect();
+            s.push_str(&parts.join(", "));
+            s.push('\n');
+        }
+        let ratios = self.ratios();
+        if !ratios.is_empty() {
+            s.push_str("\n| goal | ratio | bound | |\n|---|---:|---:|---|\n");
+            for r in ratios {
+                s.push_str(&format!(
+                    "| {} | {:.2} | {:.2} | {} |\n",
+                    r.what,
+                    r.value,
+                    r.bound,
+                    if r.holds() { "met" } else { "missed" }
+                ));
+            }
+        }
+        s
+    }
+
+    /// Time to all provisioned against N, one line per subject.
+    pub fn plot(&self, png: &Path, font: &Path) -> Result<(), Box<dyn std::error::Error>> {
+        let font_bytes = std::fs::read(font).map_err(|e| format!("{}: {e}", font.display()))?;
+        let font_bytes: &'static [u8] = Box::leak(font_bytes.into_boxed_slice());
+        plotters::style::register_font("sans-serif", FontStyle::Normal, font_bytes)
+            .map_err(|_| "cannot load the font")?;
+        let root = BitMapBackend::new(png, (900, 560)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let max_n = self.ns().last().copied().unwrap_or(1) as f64;
+        let max_t = self.runs.iter().map(|r| r.provision_s).fold(1.0, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "Time from creating N DockerMachines to all bootstrapped",
+                ("sans-serif", 22),
+            )
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..max_n * 1.05, 0.0..max_t)?;
+        chart
+            .configure_mesh()
+            .x_desc("N machines")
+            .y_desc("seconds")
+            .label_style(("sans-serif", 15))
+            .draw()?;
+        for (subject, color) in [(CAPD_RS, BLUE), (UPSTREAM, RED), (FLOOR, BLACK)] {
+            let mut pts: Vec<(f64, f64)> = self
+                .runs
+                .iter()
+                .filter(|r| r.subject == subject)
+                .map(|r| (r.n as f64, r.provision_s))
+                .collect();
+            if pts.is_empty() {
+                continue;
+            }
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+                .label(subject)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+            chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .label_font(("sans-serif", 16))
+            .draw()?;
+        root.present()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(subject: &str, n: usize, provision_s: f64, rss: Option<f64>, api: Option<u64>) -> Run {
+        Run {
+            subject: subject.into(),
+            n,
+            provision_s,
+            peak_rss_mib: rss,
+            total_cpu_s: rss.map(|r| r / 10.0),
+            api_requests: api,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 10.0);
+        assert_eq!(percentile(&v, 95.0), 19.0);
+        assert_eq!(percentile(&[3.0], 95.0), 3.0);
+        assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn ratios_compare_like_with_like_and_say_which_goal_is_missed() {
+        let report = Report {
+            images: BTreeMap::from([(CAPD_RS.into(), 10), (UPSTREAM.into(), 60)]),
+            runs: vec![
+                run(CAPD_RS, 10, 4.0, Some(20.0), Some(100)),
+                run(UPSTREAM, 10, 10.0, Some(90.0), Some(500)),
+                run(FLOOR, 10, 2.0, None, None),
+                run(CAPD_RS, 50, 12.0, Some(30.0), Some(600)),
+                run(UPSTREAM, 50, 20.0, Some(120.0), Some(2500)),
+            ],
+            ..Default::default()
+        };
+        let r = report.ratios();
+        let get = |w: &str| {
+            r.iter()
+                .find(|x| x.what == w)
+                .unwrap_or_else(|| panic!("{w} in {r:?}"))
+        };
+        assert!(get("provision time vs upstream, N=10").holds());
+        assert!(
+            !get("provision time vs upstream, N=50").holds(),
+            "0.6 > 0.5"
+        );
+        assert!(!get("provision time vs floor, N=10").holds(), "2.0 > 1.3");
+        assert_eq!(get("peak RSS vs upstream (largest N)").value, 0.25);
+        assert!(get("manager image vs upstream").holds());
+        // 12 per machine at N=50 against 10 at N=10.
+        assert!((get("API requests per machine, N=50 vs N=10").value - 1.2).abs() < 1e-9);
+        assert!(report.markdown().contains("| 50 | capd-rs | 12.0 |"));
+    }
+}
