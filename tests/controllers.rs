@@ -631,13 +631,20 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
     )
     .await;
     let docker = docker().await;
+    // The steps run in one exec, so the condition cannot say which one runs; the node can:
+    // the first runcmd entry has written /etc/starts.
     eventually(LONG, "the slow bootstrap step running", || async {
         r.docker_machine(&ns, &format!("{name}-cp"))
             .await
             .filter(|dm| {
                 dm.cond("BootstrapExecSucceeded")
-                    .is_some_and(|c| c.reason == "Bootstrapping" && c.message.contains("step 3/3"))
-            })
+                    .is_some_and(|c| c.reason == "Bootstrapping")
+            })?;
+        (exec(&docker, &format!("{name}-cp"), "test -f /etc/starts")
+            .await
+            .0
+            == 0)
+            .then_some(())
     })
     .await;
     // Kill -9 in the middle of bootstrap (the step is still running: no sentinel yet), then

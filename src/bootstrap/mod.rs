@@ -31,7 +31,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use redact::{REDACTED, redact};
-pub use runner::{StepFailure, TAIL_CHARS, TAIL_LINES, run};
+pub use runner::{PROGRESS_PATH, RunError, StepFailure, TAIL_CHARS, TAIL_LINES, run, steps_done};
 
 /// The `type` of the Secrets CAPI's bootstrap providers write their data into.
 pub const SECRET_TYPE: &str = "cluster.x-k8s.io/secret";

@@ -119,6 +119,7 @@ impl BootstrapTasks {
                 return;
             };
             info!(%container, steps = total, "bootstrap started");
+            *lock(&p) = (0, in_one_exec(&steps));
             let report = |i: usize, s: &Step| *lock(&p) = (i + 1, s.description.clone());
             let run = bootstrap::run(runtime.as_ref(), &container, &steps, report);
             let finished = match tokio::time::timeout(timeout, run).await {
@@ -126,7 +127,12 @@ impl BootstrapTasks {
                 // The runner logged the failure with its output tail.
                 Ok(Err(failure)) => Finished::Failed(failure.to_string()),
                 Err(_) => {
-                    let (step, description) = lock(&p).clone();
+                    // The node knows how far its script got; a step-by-step run reported it.
+                    let (step, description) =
+                        match bootstrap::steps_done(runtime.as_ref(), &container).await {
+                            Some(done) if done < total => (done + 1, steps[done].description.clone()),
+                            _ => lock(&p).clone(),
+                        };
                     Finished::TimedOut(format!(
                         "bootstrap did not finish within {}s; it was at step {step}/{total}: {description}",
                         timeout.as_secs()
@@ -177,6 +183,21 @@ impl BootstrapTasks {
     }
 }
 
+/// What a task running its steps in one exec reports: which steps, so that a condition still
+/// names the command a long bootstrap waits on (CABPK's last step, `kubeadm`).
+fn in_one_exec(steps: &[Step]) -> String {
+    match steps {
+        [] => "checking the success sentinel".into(),
+        [only] => format!("running 1 step in one exec: {}", only.description),
+        [first, .., last] => format!(
+            "running {} steps in one exec (the first: {}; the last: {})",
+            steps.len(),
+            first.description,
+            last.description
+        ),
+    }
+}
+
 fn finished_label(f: &Finished) -> &'static str {
     match f {
         Finished::Succeeded => "succeeded",
@@ -196,6 +217,18 @@ mod tests {
             stdin: None,
             description: format!("step {n}"),
         }
+    }
+
+    #[test]
+    fn a_one_exec_run_names_its_steps() {
+        assert_eq!(
+            in_one_exec(&[step(1)]),
+            "running 1 step in one exec: step 1"
+        );
+        assert_eq!(
+            in_one_exec(&[step(1), step(2), step(3)]),
+            "running 3 steps in one exec (the first: step 1; the last: step 3)"
+        );
     }
 
     #[tokio::test]
@@ -226,7 +259,11 @@ mod tests {
         for _ in 0..6 {
             done_rx.recv().await.unwrap();
         }
-        assert_eq!(rt.calls().len(), 12, "every step of every bootstrap ran");
+        assert_eq!(
+            rt.calls().len(),
+            6,
+            "every bootstrap ran, all its steps in one exec"
+        );
         assert_eq!(rt.most_at_once(), 2, "never more than the limit at once");
         for i in 0..6 {
             assert_eq!(

@@ -210,6 +210,21 @@ pub async fn run<S, C, M, A>(
     futures::join!(clusters, machines);
 }
 
+/// A watch of `K` that retries with backoff and drops each object's `managedFields` before it
+/// reaches a cache: nothing here reads them, and they are a large part of an object that
+/// several managers write (CAPI core, this manager, kubectl), kept for every cached object.
+fn watch<K>(
+    api: Api<K>,
+    wc: &WatcherConfig,
+) -> impl Stream<Item = std::result::Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    watcher::watcher(api, wc.clone())
+        .backoff(backoff::WatchBackoff::default())
+        .modify(|o| o.meta_mut().managed_fields = None)
+}
+
 /// A controller's own kind: every event updates the cache (mappers and reconciles read it), but
 /// only changes that pass `predicate` trigger a reconcile (not the echo of our status writes).
 fn primary<K>(
@@ -222,8 +237,7 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    watcher::watcher(api, wc.clone())
-        .backoff(backoff::WatchBackoff::default())
+    watch(api, wc)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicate, Default::default())
@@ -250,10 +264,7 @@ where
             rx.map(Ok::<K, watcher::Error>)
         },
     );
-    let source = watcher::watcher(api, wc.clone())
-        .backoff(backoff::WatchBackoff::default())
-        .reflect(cache)
-        .touched_objects();
+    let source = watch(api, wc).reflect(cache).touched_objects();
     tokio::spawn(async move {
         futures::pin_mut!(source);
         while let Some(item) = source.next().await {
@@ -287,8 +298,7 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    watcher::watcher(api, wc.clone())
-        .backoff(backoff::WatchBackoff::default())
+    watch(api, wc)
         .reflect(cache)
         .touched_objects()
         .predicate_filter(predicate, Default::default())

@@ -99,6 +99,9 @@ impl ContainerRuntime for FakeRuntime {
         let answer = self.answers.lock().unwrap().pop_front();
         answer.unwrap_or_else(|| Ok(ExecOutput::default()))
     }
+    async fn file_exists(&self, _: &str, _: &str) -> RuntimeResult<bool> {
+        Ok(false)
+    }
     async fn kill(&self, _: &str, _: &str) -> RuntimeResult<()> {
         Ok(())
     }

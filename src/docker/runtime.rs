@@ -202,6 +202,9 @@ pub trait ContainerRuntime: Send + Sync {
         stdin: Option<&[u8]>,
     ) -> RuntimeResult<ExecOutput>;
     /// Send a signal (e.g. `SIGHUP`) to the container's main process.
+    /// Whether `path` exists in the container's filesystem as the engine stores it: the image
+    /// and what was written over it, not tmpfs mounts such as `/run` (one call, no exec).
+    async fn file_exists(&self, name: &str, path: &str) -> RuntimeResult<bool>;
     async fn kill(&self, name: &str, signal: &str) -> RuntimeResult<()>;
     /// The image as a `docker save` tarball (for `preLoadImages`); a missing image is
     /// [`RuntimeError::Image`].

@@ -17,7 +17,7 @@ use crate::{
     controllers::{
         context::Context,
         error::{Error, Result},
-        load_balancer::{self, LbTarget, SyncOutcome, argv},
+        load_balancer::{self, LbTarget, SyncOutcome},
         machine_bootstrap,
         node::{self, Provisioned},
         patch::Patcher,
@@ -230,7 +230,7 @@ impl Provisioning<'_> {
             machine_bootstrap::Outcome::Wait(action) => return Ok(action),
         }
 
-        let container = ctx.runtime.inspect(&name).await?.unwrap_or(container);
+        // `container` was inspected (or created) by this reconcile: its addresses are current.
         status.addresses = Some(machine_addresses(&container, b.cluster.ip_family().ok()));
         // A Kubernetes node (a kind-style image) gets its providerID on the Node object before
         // ours is set, so that CAPI core's nodeRef matching finds it as soon as it looks.
@@ -261,11 +261,8 @@ impl Provisioning<'_> {
         provider_id: &str,
     ) -> Result<Option<Action>> {
         let (b, ctx) = (self.bound, self.ctx);
-        let marker = ctx
-            .runtime
-            .exec(container, &argv(&["test", "-f", "/kind/version"]), None)
-            .await?;
-        if !marker.success() {
+        // In the image, so the engine can tell without an exec.
+        if !ctx.runtime.file_exists(container, "/kind/version").await? {
             return Ok(None);
         }
         if b.cluster.spec.control_plane_ref.is_some() && !b.cluster.control_plane_initialized() {
@@ -340,8 +337,13 @@ impl Provisioning<'_> {
             proxy_env: specs::proxy_env(|k| std::env::var(k).ok(), &[], name),
         });
         info!(container = %name, %image, role, "creating node container");
+        let started = std::time::Instant::now();
         match ctx.runtime.create_and_start(&spec).await {
-            Ok(c) => Ok(c),
+            Ok(c) => {
+                let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                info!(container = %name, took_ms, "node container created and started");
+                Ok(c)
+            }
             // Lost a race for the name: use the container only if it is ours.
             Err(RuntimeError::Conflict(_)) => match ctx.runtime.inspect(name).await? {
                 Some(c) if labels::usable_by(&c.labels, owner) => Ok(c),

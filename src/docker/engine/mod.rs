@@ -69,9 +69,10 @@ enum Op {
     ExecInspect,
     Info,
     ImageSave,
+    PathStat,
 }
 
-const OP_NAMES: [&str; 17] = [
+const OP_NAMES: [&str; 18] = [
     "version",
     "ping",
     "network_list",
@@ -89,7 +90,15 @@ const OP_NAMES: [&str; 17] = [
     "exec_inspect",
     "info",
     "image_save",
+    "path_stat",
 ];
+
+/// Images and networks known to exist (see [`BollardRuntime::known`]).
+#[derive(Default)]
+struct Known {
+    images: std::collections::HashSet<String>,
+    networks: std::collections::HashSet<String>,
+}
 
 /// A [`ContainerRuntime`] backed by a Docker Engine through bollard.
 /// Container removals sent to the engine at once. Engine 20.10 (Debian's) deadlocked while 50
@@ -103,6 +112,10 @@ pub struct BollardRuntime {
     docker: Docker,
     /// The engine creates a second network of the same name instead of refusing; serialize.
     network_lock: Mutex<()>,
+    /// Images and networks this process found or made: a node needs both, and a hundred nodes
+    /// created at once each asked the engine again (a network list under `network_lock`, one at
+    /// a time). Forgotten when a create fails, in case one was removed behind our back.
+    known: std::sync::Mutex<Known>,
     /// Container removals in flight, at most [`MAX_REMOVALS`].
     removals: Semaphore,
     calls: [AtomicU64; OP_NAMES.len()],
@@ -170,6 +183,7 @@ impl BollardRuntime {
         let runtime = Self {
             docker,
             network_lock: Mutex::new(()),
+            known: std::sync::Mutex::default(),
             removals: Semaphore::new(MAX_REMOVALS),
             calls: std::array::from_fn(|_| AtomicU64::new(0)),
             endpoint: shown,
@@ -240,6 +254,14 @@ impl BollardRuntime {
     /// Docker resolves a container reference by full ID, then exact name, then ID prefix, so a
     /// name made only of hex digits could hit (or be ambiguous with) other containers' IDs. Such
     /// names are first looked up by exact name; `None` means no container has that name.
+    fn knows(&self, f: impl FnOnce(&Known) -> bool) -> bool {
+        f(&self.known.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn learn<T>(&self, f: impl FnOnce(&mut Known) -> T) {
+        f(&mut self.known.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
     async fn reference_for(&self, name: &str) -> RuntimeResult<Option<String>> {
         let name = name.trim_start_matches('/');
         if name.is_empty() || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -324,6 +346,9 @@ impl ContainerRuntime for BollardRuntime {
     }
 
     async fn ensure_network(&self, spec: &NetworkSpec) -> RuntimeResult<()> {
+        if self.knows(|k| k.networks.contains(&spec.name)) {
+            return Ok(());
+        }
         let _serialized = self.network_lock.lock().await;
         // The `name` filter matches substrings; compare exactly.
         let filters = HashMap::from([("name", vec![spec.name.as_str()])]);
@@ -341,6 +366,7 @@ impl ContainerRuntime for BollardRuntime {
             .iter()
             .any(|n| n.name.as_deref() == Some(spec.name.as_str()))
         {
+            self.learn(|k| k.networks.insert(spec.name.clone()));
             return Ok(());
         }
         let request = NetworkCreateRequest {
@@ -362,8 +388,9 @@ impl ContainerRuntime for BollardRuntime {
         self.docker
             .create_network(request)
             .await
-            .map(|_| ())
-            .map_err(|e| classify(&format!("create network {}", spec.name), e))
+            .map_err(|e| classify(&format!("create network {}", spec.name), e))?;
+        self.learn(|k| k.networks.insert(spec.name.clone()));
+        Ok(())
     }
 
     async fn inspect(&self, name: &str) -> RuntimeResult<Option<ContainerInfo>> {
@@ -388,14 +415,19 @@ impl ContainerRuntime for BollardRuntime {
     }
 
     async fn ensure_image(&self, image: &str) -> RuntimeResult<()> {
+        if self.knows(|k| k.images.contains(image)) {
+            return Ok(());
+        }
         self.count(Op::ImageInspect);
         match self.docker.inspect_image(image).await {
-            Ok(_) => Ok(()),
+            Ok(_) => {}
             Err(BollardError::DockerResponseServerError {
                 status_code: 404, ..
-            }) => self.pull(image).await,
-            Err(e) => Err(classify(&format!("inspect image {image}"), e)),
+            }) => self.pull(image).await?,
+            Err(e) => return Err(classify(&format!("inspect image {image}"), e)),
         }
+        self.learn(|k| k.images.insert(image.to_string()));
+        Ok(())
     }
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> RuntimeResult<ContainerInfo> {
@@ -407,7 +439,11 @@ impl ContainerRuntime for BollardRuntime {
             .docker
             .create_container(Some(options), create_body(spec))
             .await
-            .map_err(|e| classify(&format!("create container {}", spec.name), e))?;
+            .map_err(|e| {
+                // The image or the network may be gone: look again next time.
+                self.learn(|k| *k = Known::default());
+                classify(&format!("create container {}", spec.name), e)
+            })?;
 
         self.count(Op::ContainerStart);
         if let Err(e) = self.docker.start_container(&created.id, None).await {
@@ -478,6 +514,27 @@ impl ContainerRuntime for BollardRuntime {
     ) -> RuntimeResult<ExecOutput> {
         let reference = self.existing_reference(name, "exec in").await?;
         self.run_exec(&reference, argv, stdin).await
+    }
+
+    async fn file_exists(&self, name: &str, path: &str) -> RuntimeResult<bool> {
+        let reference = self
+            .existing_reference(name, &format!("stat {path} in"))
+            .await?;
+        self.count(Op::PathStat);
+        let options = bollard::query_parameters::ContainerArchiveInfoOptionsBuilder::default()
+            .path(path)
+            .build();
+        match self
+            .docker
+            .get_container_archive_info(&reference, Some(options))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(false),
+            Err(e) => Err(classify(&format!("stat {path} in container {name}"), e)),
+        }
     }
 
     async fn kill(&self, name: &str, signal: &str) -> RuntimeResult<()> {
