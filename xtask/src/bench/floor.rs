@@ -14,7 +14,10 @@ use anyhow::{Context, Result, bail};
 use bollard::{
     Docker,
     exec::{CreateExecOptions, StartExecOptions, StartExecResults},
-    models::{ContainerCreateBody, HostConfig},
+    models::{
+        ContainerCreateBody, HostConfig, HostConfigCgroupnsModeEnum, RestartPolicy,
+        RestartPolicyNameEnum,
+    },
     query_parameters::{CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder},
 };
 use futures::{StreamExt, stream};
@@ -69,10 +72,15 @@ impl Floor {
     }
 
     async fn machine(&self, name: &str) -> Result<()> {
+        // A node container as both providers make it (kind's layout): privileged, /tmp and
+        // /run on tmpfs, /var an anonymous volume (the engine copies the image's /var into it),
+        // the host's kernel modules, a private cgroup namespace.
         let body = ContainerCreateBody {
             image: Some(self.image.clone()),
             hostname: Some(name.to_string()),
             labels: Some(self.labels.clone()),
+            tty: Some(true),
+            volumes: Some(vec!["/var".to_string()]),
             host_config: Some(HostConfig {
                 privileged: Some(true),
                 security_opt: Some(vec![
@@ -85,6 +93,12 @@ impl Floor {
                 ])),
                 binds: Some(vec!["/lib/modules:/lib/modules:ro".into()]),
                 network_mode: Some(self.network.clone()),
+                cgroupns_mode: Some(HostConfigCgroupnsModeEnum::PRIVATE),
+                restart_policy: Some(RestartPolicy {
+                    name: Some(RestartPolicyNameEnum::ON_FAILURE),
+                    maximum_retry_count: Some(1),
+                }),
+                init: Some(false),
                 ..Default::default()
             }),
             ..Default::default()

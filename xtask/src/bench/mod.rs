@@ -230,6 +230,7 @@ impl Bench {
             .context("DockerCluster not provisioned")?;
         let uids = w.create_machines(n).await?;
         let before = self.reading(manager).await?;
+        let cpu_before = process::host_cpu();
         let condition = if subject == UPSTREAM {
             "BootstrapCompleted"
         } else {
@@ -244,6 +245,7 @@ impl Bench {
         let times =
             times.with_context(|| format!("waiting for {condition} on {n} DockerMachines"))?;
         let after = self.reading(manager).await?;
+        let host_cpu_s = cpu_delta(&cpu_before, &process::host_cpu());
         tokio::time::sleep(self.cfg.idle).await;
         let idle = self.reading(manager).await?;
         let names: Vec<String> = (0..n).map(|i| w.machine_name(i)).collect();
@@ -280,6 +282,7 @@ impl Bench {
                 &idle.docker,
             )),
             delete_docker_calls: docker_count::total(&docker_count::delta(&del_before, &del_after)),
+            host_cpu_s,
         })
     }
 
@@ -294,7 +297,9 @@ impl Bench {
         )?;
         let before = self.counter.snapshot();
         let result = async {
+            let cpu_before = process::host_cpu();
             let times = floor.provision(id, n).await?;
+            let host_cpu_s = cpu_delta(&cpu_before, &process::host_cpu());
             let after = self.counter.snapshot();
             let names: Vec<String> = (0..n).map(|i| format!("{id}-{i}")).collect();
             self.check_bootstrapped(FLOOR, id, &names).await?;
@@ -310,6 +315,7 @@ impl Bench {
                 delete_s,
                 docker_calls: docker_count::delta(&before, &after),
                 delete_docker_calls: docker_count::total(&docker_count::delta(&after, &end)),
+                host_cpu_s,
                 ..Default::default()
             })
         }
@@ -528,6 +534,17 @@ impl Bench {
             let _ = self.docker.remove_container(&c, Some(opts)).await;
         }
     }
+}
+
+fn cpu_delta(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .collect()
 }
 
 struct Reading {

@@ -165,6 +165,62 @@ fn cpu_ticks(stat: &str) -> u64 {
     field(11) + field(12)
 }
 
+/// The host processes whose CPU the bench accounts for, by command name (`comm`, at most 15
+/// characters): the engine, the plane, the CAPI managers and the manager under test.
+pub const HOST_COMMANDS: [&str; 10] = [
+    "dockerd",
+    "containerd",
+    "containerd-shim",
+    "kube-apiserver",
+    "etcd",
+    "kube-controller",
+    "capi-manager",
+    "cabpk-manager",
+    "kcp-manager",
+    "manager",
+];
+
+/// CPU seconds used so far by the processes named in [`HOST_COMMANDS`], summed by name;
+/// children that exited and were reaped (runc, exec'd commands) count in their parent's.
+pub fn host_cpu() -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for entry in dir.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((comm, ticks)) = comm_and_ticks(&stat) else {
+            continue;
+        };
+        let name = if comm.starts_with("containerd-shim") {
+            "containerd-shim"
+        } else {
+            comm
+        };
+        if HOST_COMMANDS.contains(&name) {
+            *out.entry(name.to_string()).or_default() += ticks as f64 / CLOCK_TICKS;
+        }
+    }
+    out
+}
+
+/// `comm` and utime + stime + cutime + cstime of a `/proc/<pid>/stat` line.
+fn comm_and_ticks(stat: &str) -> Option<(&str, u64)> {
+    let open = stat.find('(')?;
+    let (comm_end, rest) = stat.rsplit_once(") ")?;
+    let comm = &comm_end[open + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Some((comm, field(11) + field(12) + field(13) + field(14)))
+}
+
 /// Sums a counter's samples by one label: `name{..label="v"..} 3` lines.
 pub fn sum_by(metrics: &str, m: RequestMetric) -> BTreeMap<String, u64> {
     let key = format!("{}=\"", m.label);
@@ -241,5 +297,8 @@ mod tests {
             20480
         );
         assert_eq!(cpu_ticks("garbage"), 0);
+        assert_eq!(comm_and_ticks(stat), Some(("my manager", 300)));
+        let shim = "7 (containerd-shim) S 1 7 7 0 -1 0 0 0 0 0 10 20 30 40 20 0 9 0 1 2 3";
+        assert_eq!(comm_and_ticks(shim), Some(("containerd-shim", 100)));
     }
 }

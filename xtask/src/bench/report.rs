@@ -41,6 +41,10 @@ pub struct Run {
     pub idle_docker_calls: u64,
     /// ... during the deletion.
     pub delete_docker_calls: u64,
+    /// CPU seconds of the host's processes (engine, plane, CAPI, the manager) from creating the
+    /// DockerMachines to all bootstrapped, by command: where the two cores went.
+    #[serde(default)]
+    pub host_cpu_s: BTreeMap<String, f64>,
 }
 
 impl Run {
@@ -218,6 +222,38 @@ impl Report {
                     opt(r.api_requests.map(|a| r.per_machine(a)), 1),
                     r.per_machine(r.docker_calls_total()),
                 ));
+            }
+        }
+        if let Some(&n) = self.ns().last() {
+            let runs: Vec<&Run> = [CAPD_RS, UPSTREAM, FLOOR]
+                .iter()
+                .filter_map(|s| self.run(s, n))
+                .filter(|r| !r.host_cpu_s.is_empty())
+                .collect();
+            if !runs.is_empty() {
+                let mut names: Vec<&String> =
+                    runs.iter().flat_map(|r| r.host_cpu_s.keys()).collect();
+                names.sort();
+                names.dedup();
+                s.push_str(&format!(
+                    "\nCPU seconds by process while N={n} machines were provisioned:\n\n| process |"
+                ));
+                for r in &runs {
+                    s.push_str(&format!(" {} |", r.subject));
+                }
+                s.push_str("\n|---|");
+                s.push_str(&"---:|".repeat(runs.len()));
+                s.push('\n');
+                for name in names {
+                    s.push_str(&format!("| {name} |"));
+                    for r in &runs {
+                        s.push_str(&format!(
+                            " {:.1} |",
+                            r.host_cpu_s.get(name).copied().unwrap_or(0.0)
+                        ));
+                    }
+                    s.push('\n');
+                }
             }
         }
         if !self.images.is_empty() {
