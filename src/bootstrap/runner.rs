@@ -294,7 +294,8 @@ fn quote(word: &str) -> String {
 /// Each step is its argv as single-quoted words, stdin from `/dev/null` as when exec'd alone;
 /// a step's stdin (file content) arrives on the script's stdin as base64 lines ended by a `.`
 /// line, read by the shell's `read` (which reads no further than the line) and decoded into the
-/// step. A step that fails stops the script with a last stderr line naming it and its exit code.
+/// step; a block cut short (the stdin stream ended early) fails its step rather than writing
+/// part of a file. A step that fails stops the script with a last stderr line naming it and its exit code.
 /// Finished steps are counted in the progress file, and a re-run skips them (their stdin
 /// blocks are read and dropped, to stay aligned).
 pub(crate) fn script(steps: &[Step], sentinel: &str, progress_file: &str) -> Step {
@@ -303,7 +304,7 @@ pub(crate) fn script(steps: &[Step], sentinel: &str, progress_file: &str) -> Ste
         "m=capd-rs-bootstrap:\n",
         "if [ -f \"$0\" ]; then echo \"$m already bootstrapped\"; exit 0; fi\n",
         "fail() { rc=$?; printf '\\n%s step %s exited %s\\n' \"$m\" \"$i\" \"$rc\" >&2; exit \"$rc\"; }\n",
-        "block() { while IFS= read -r l && [ \"$l\" != . ]; do printf '%s\\n' \"$l\"; done; }\n",
+        "block() { while IFS= read -r l; do [ \"$l\" = . ] && return 0; printf '%s\\n' \"$l\"; done; return 1; }\n",
         "mkdir -p \"${1%/*}\" 2>/dev/null\n",
         "did=$(cat \"$1\" 2>/dev/null)\n",
         "case $did in ''|*[!0-9]*) did=0 ;; esac\n",
@@ -325,7 +326,7 @@ pub(crate) fn script(steps: &[Step], sentinel: &str, progress_file: &str) -> Ste
             )),
             Some(content) => {
                 text.push_str(&format!(
-                    "i={n}; if [ \"$did\" -lt {n} ]; then block | base64 -d | {argv} || fail; {record}; else block >/dev/null; fi\n"
+                    "i={n}; if [ \"$did\" -lt {n} ]; then b=$(block) || {{ echo 'the bootstrap data ended early' >&2; (exit 1); }} || fail; printf '%s\\n' \"$b\" | base64 -d | {argv} || fail; {record}; else block >/dev/null; fi\n"
                 ));
                 let encoded = base64::engine::general_purpose::STANDARD.encode(content);
                 for line in encoded.as_bytes().chunks(76) {
@@ -737,13 +738,18 @@ mod tests {
     /// Runs the one-exec script of `steps` on this host's /bin/sh, with the sentinel and the
     /// progress file in `dir`: the script is pure shell, so this is the script as a node runs it.
     fn run_script(steps: &[Step], dir: &std::path::Path) -> ExecOutput {
-        use std::io::Write;
-        use std::process::{Command, Stdio};
         let batch = script(
             steps,
             &dir.join("sentinel").to_string_lossy(),
             &dir.join("state/done").to_string_lossy(),
         );
+        run_step_locally(&batch)
+    }
+
+    /// Runs a step's argv on this host with its stdin.
+    fn run_step_locally(batch: &Step) -> ExecOutput {
+        use std::io::Write;
+        use std::process::{Command, Stdio};
         let mut child = Command::new(&batch.argv[0])
             .args(&batch.argv[1..])
             .stdin(Stdio::piped())
@@ -886,6 +892,31 @@ mod tests {
             std::fs::read_to_string(dir.join("b")).unwrap(),
             "content of b"
         );
+    }
+
+    #[test]
+    fn content_cut_short_fails_its_step_and_writes_nothing_after() {
+        let dir = tmp("short");
+        let steps = vec![
+            write(&path(&dir, "a"), b"first"),
+            write(&path(&dir, "b"), &[b'x'; 500]),
+            shell(&format!("touch {}", path(&dir, "after"))),
+        ];
+        let mut batch = script(&steps, &path(&dir, "sentinel"), &path(&dir, "state/done"));
+        // The stream ends inside the second block.
+        let stdin = batch.stdin.take().unwrap();
+        let cut = stdin.len() - 100;
+        batch.stdin = Some(stdin[..cut].to_vec());
+        let out = run_step_locally(&batch);
+        assert_eq!(
+            outcome(&out, 3),
+            Err(Ended::Step {
+                index: 1,
+                exit_code: 1
+            })
+        );
+        assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "first");
+        assert!(!dir.join("b").exists() && !dir.join("after").exists());
     }
 
     #[test]

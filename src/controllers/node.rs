@@ -36,11 +36,13 @@ pub enum Provisioning {
     Conflict(String),
 }
 
-pub fn provisioning(found: Found, bootstrap_running: bool) -> Provisioning {
+/// What to do with the container found for a machine whose bootstrap is not running (the
+/// caller does not look while one runs: that container is the bootstrap's).
+pub fn provisioning(found: Found) -> Provisioning {
     match found {
         Found::Missing => Provisioning::Create,
         Found::Foreign(why) => Provisioning::Conflict(why),
-        Found::Ours(c) if c.is_alive() || bootstrap_running => Provisioning::Use(c),
+        Found::Ours(c) if c.is_alive() => Provisioning::Use(c),
         Found::Ours(c) if c.state == Some(ContainerState::Created) => Provisioning::Start(c),
         Found::Ours(_) => Provisioning::Recreate,
     }
@@ -106,7 +108,7 @@ mod tests {
         ] {
             let c = ours(state);
             assert_eq!(
-                provisioning(found(Some(c.clone()), &OWNER), false),
+                provisioning(found(Some(c.clone()), &OWNER)),
                 Provisioning::Use(c.clone()),
                 "{state:?} before provisioning"
             );
@@ -133,14 +135,9 @@ mod tests {
                 Provisioning::Recreate
             };
             assert_eq!(
-                provisioning(found(Some(c.clone()), &OWNER), false),
+                provisioning(found(Some(c.clone()), &OWNER)),
                 expected,
                 "{state:?} before provisioning"
-            );
-            assert_eq!(
-                provisioning(found(Some(c.clone()), &OWNER), true),
-                Provisioning::Use(c.clone()),
-                "a running bootstrap owns the container"
             );
             assert_eq!(
                 provisioned(found(Some(c.clone()), &OWNER)),
@@ -152,7 +149,7 @@ mod tests {
     #[test]
     fn a_foreign_container_is_never_reported_as_ours() {
         assert!(matches!(
-            provisioning(found(Some(foreign()), &OWNER), false),
+            provisioning(found(Some(foreign()), &OWNER)),
             Provisioning::Conflict(_)
         ));
         assert!(matches!(
@@ -160,9 +157,6 @@ mod tests {
             Provisioned::Conflict(_)
         ));
         assert_eq!(provisioned(found(None, &OWNER)), Provisioned::Gone);
-        assert_eq!(
-            provisioning(found(None, &OWNER), false),
-            Provisioning::Create
-        );
+        assert_eq!(provisioning(found(None, &OWNER)), Provisioning::Create);
     }
 }

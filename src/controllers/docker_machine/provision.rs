@@ -187,23 +187,14 @@ impl Provisioning<'_> {
 
         let (dm_name, uid) = (dm.name_any(), dm.uid().unwrap_or_default());
         let owner = owner(b, &dm_name, &uid);
-        let found = node::found(ctx.runtime.inspect(&name).await?, &owner);
-        let running = ctx.bootstraps.is_running(&uid);
-        let container = match node::provisioning(found, running) {
-            node::Provisioning::Use(c) => c,
-            node::Provisioning::Conflict(why) => return Err(conflict(&name, why)),
-            node::Provisioning::Create => self.create_node(&owner, &name).await?,
-            node::Provisioning::Start(c) => {
-                info!(container = %name, "starting a node container that was created but never started");
-                ctx.runtime.start(&name).await?;
-                ctx.runtime.inspect(&name).await?.unwrap_or(c)
-            }
-            node::Provisioning::Recreate => {
-                info!(container = %name, "node container stopped before it was provisioned; recreating it");
-                ctx.runtime.remove(&name).await?;
-                machine_bootstrap::reset(dm, self.patcher, ctx, status).await?;
-                self.create_node(&owner, &name).await?
-            }
+        // While its bootstrap runs, the container is known to exist (the exec runs in it; one
+        // lost meanwhile fails the exec, and the pass after that looks): no engine call per
+        // pass while a hundred machines bootstrap.
+        let container = if ctx.bootstraps.is_running(&uid) {
+            None
+        } else {
+            let found = node::found(ctx.runtime.inspect(&name).await?, &owner);
+            Some(self.use_or_create(found, &owner, &name, status).await?)
         };
         set(
             status,
@@ -230,7 +221,16 @@ impl Provisioning<'_> {
             machine_bootstrap::Outcome::Wait(action) => return Ok(action),
         }
 
-        // `container` was inspected (or created) by this reconcile: its addresses are current.
+        // Inspected (or created) by this reconcile, its addresses are current; a bootstrap that
+        // finished since this pass began left it uninspected.
+        let container = match container {
+            Some(c) => c,
+            None => ctx
+                .runtime
+                .inspect(&name)
+                .await?
+                .ok_or_else(|| Error::Missing(format!("node container {name} is gone")))?,
+        };
         status.addresses = Some(machine_addresses(&container, b.cluster.ip_family().ok()));
         // A Kubernetes node (a kind-style image) gets its providerID on the Node object before
         // ours is set, so that CAPI core's nodeRef matching finds it as soon as it looks.
@@ -249,6 +249,34 @@ impl Provisioning<'_> {
         status.failure_domain = b.machine.failure_domain().map(str::to_string);
         info!(container = %name, "machine provisioned");
         Ok(Action::requeue(ctx.settings.resync))
+    }
+
+    /// The container found for a machine whose bootstrap is not running: use it, create it,
+    /// start it, or (stopped before it was provisioned) recreate it.
+    async fn use_or_create(
+        &mut self,
+        found: node::Found,
+        owner: &labels::Owner<'_>,
+        name: &str,
+        status: &mut DockerMachineStatus,
+    ) -> Result<ContainerInfo> {
+        let (dm, ctx) = (self.dm, self.ctx);
+        Ok(match node::provisioning(found) {
+            node::Provisioning::Use(c) => c,
+            node::Provisioning::Conflict(why) => return Err(conflict(name, why)),
+            node::Provisioning::Create => self.create_node(owner, name).await?,
+            node::Provisioning::Start(c) => {
+                info!(container = %name, "starting a node container that was created but never started");
+                ctx.runtime.start(name).await?;
+                ctx.runtime.inspect(name).await?.unwrap_or(c)
+            }
+            node::Provisioning::Recreate => {
+                info!(container = %name, "node container stopped before it was provisioned; recreating it");
+                ctx.runtime.remove(name).await?;
+                machine_bootstrap::reset(dm, self.patcher, ctx, status).await?;
+                self.create_node(owner, name).await?
+            }
+        })
     }
 
     /// Set `providerID` on the workload cluster's Node for this container, when the container is
@@ -346,7 +374,13 @@ impl Provisioning<'_> {
             }
             // Lost a race for the name: use the container only if it is ours.
             Err(RuntimeError::Conflict(_)) => match ctx.runtime.inspect(name).await? {
-                Some(c) if labels::usable_by(&c.labels, owner) => Ok(c),
+                Some(c) if labels::usable_by(&c.labels, owner) && c.is_alive() => Ok(c),
+                // Ours but not running (its creator was killed between create and start): the
+                // next pass starts it (or recreates it) like any container it finds.
+                Some(c) if labels::usable_by(&c.labels, owner) => Err(Error::Missing(format!(
+                    "container {name} exists but is not running ({:?})",
+                    c.state
+                ))),
                 Some(_) => Err(conflict(
                     name,
                     "it was created by someone else at the same time",
