@@ -300,8 +300,8 @@ fn quote(word: &str) -> String {
 /// blocks are read and dropped, to stay aligned).
 pub(crate) fn script(steps: &[Step], sentinel: &str, progress_file: &str) -> Step {
     use base64::Engine as _;
-    let mut text = String::from(concat!(
-        "m=capd-rs-bootstrap:\n",
+    let mut text = format!("m={MARKER}\n");
+    text.push_str(concat!(
         "if [ -f \"$0\" ]; then echo \"$m already bootstrapped\"; exit 0; fi\n",
         "fail() { rc=$?; printf '\\n%s step %s exited %s\\n' \"$m\" \"$i\" \"$rc\" >&2; exit \"$rc\"; }\n",
         "block() { while IFS= read -r l; do [ \"$l\" = . ] && return 0; printf '%s\\n' \"$l\"; done; return 1; }\n",

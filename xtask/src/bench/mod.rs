@@ -115,7 +115,7 @@ pub async fn run(cfg: Config) -> Result<report::Report> {
         installed: Installed::Own,
     };
     let mut report = report::Report {
-        date: chrono_like_now(),
+        date: now_rfc3339(),
         host: host_description(&bench.docker).await,
         command: bench.cfg.command.clone(),
         upstream_version: bench.cfg.upstream_version.clone(),
@@ -566,7 +566,7 @@ fn say(msg: &str) {
     );
 }
 
-fn chrono_like_now() -> String {
+fn now_rfc3339() -> String {
     std::process::Command::new("date")
         .arg("-Is")
         .output()
