@@ -50,15 +50,18 @@ fn a_process_that_exits_instead_of_getting_ready_is_replaced() {
         PLANE_DIR=$(mktemp -d)
         # A stand-in for a dying server: ours (its command line names PLANE_DIR), never ready,
         # gone in 2 s.
+        # Until the child has exec'd, its command line is its parent's (this script, where
+        # PLANE_DIR is not expanded): wait for ours.
+        execd() { until tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF "fake-server $PLANE_DIR"; do sleep 0.05; done; }
         bash -c "exec -a 'fake-server $PLANE_DIR' sleep 2" >/dev/null 2>&1 &
-        echo $! > "$PLANE_DIR/pid"
+        echo $! > "$PLANE_DIR/pid"; execd $!
         never_ready() { false; }
         always_ready() { true; }
         start=$SECONDS
         if ready_or_gone "$PLANE_DIR/pid" 60 "fake server" never_ready; then echo ready; else echo "replace after $((SECONDS - start))s"; fi
         [[ -f "$PLANE_DIR/pid" ]] || echo "pidfile removed"
         bash -c "exec -a 'fake-server $PLANE_DIR' sleep 5" >/dev/null 2>&1 &
-        echo $! > "$PLANE_DIR/pid"
+        echo $! > "$PLANE_DIR/pid"; execd $!
         if ready_or_gone "$PLANE_DIR/pid" 60 "fake server" always_ready; then echo "kept the ready one"; fi
         if ready_or_gone "$PLANE_DIR/none" 60 "fake server" always_ready; then echo wrong; else echo "none running"; fi
         kill %2 2>/dev/null || true
