@@ -191,8 +191,14 @@ impl Bench {
                     Installed::Own
                 })
                 .await?;
-                let network_ours = self.ensure_network(subject, &id).await?;
                 let manager = self.start_manager(subject, &id).await?;
+                let network_ours = match self.ensure_network(subject, &id).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        manager.stop().await;
+                        return Err(e);
+                    }
+                };
                 let workload = Workload::new(self.client.clone(), &id, &self.cfg.image);
                 let result = tokio::select! {
                     r = self.provider(subject, n, &workload, &manager, timeout) => r,
