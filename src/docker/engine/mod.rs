@@ -251,17 +251,19 @@ impl BollardRuntime {
         self.calls[op as usize].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Docker resolves a container reference by full ID, then exact name, then ID prefix, so a
-    /// name made only of hex digits could hit (or be ambiguous with) other containers' IDs. Such
-    /// names are first looked up by exact name; `None` means no container has that name.
+    /// Whether [`Self::known`] says so.
     fn knows(&self, f: impl FnOnce(&Known) -> bool) -> bool {
         f(&self.known.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// Records in [`Self::known`].
     fn learn<T>(&self, f: impl FnOnce(&mut Known) -> T) {
         f(&mut self.known.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
+    /// Docker resolves a container reference by full ID, then exact name, then ID prefix, so a
+    /// name made only of hex digits could hit (or be ambiguous with) other containers' IDs. Such
+    /// names are first looked up by exact name; `None` means no container has that name.
     async fn reference_for(&self, name: &str) -> RuntimeResult<Option<String>> {
         let name = name.trim_start_matches('/');
         if name.is_empty() || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
