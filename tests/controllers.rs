@@ -3,6 +3,7 @@
 //! tests fail; they never skip.
 mod common;
 
+use futures::FutureExt;
 use std::time::Duration;
 
 use capd::{
@@ -607,115 +608,101 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
 async fn manager_restart_mid_provisioning_creates_no_duplicates() {
     let mut env = TestEnv::new("restart").await;
     env.start_manager(&[], None);
-    let id = env.id.clone();
-    let ns = format!("{id}-a");
-    let name = format!("{id}-c");
-    let r = env.handle();
-    // Shaped like CABPK's data: the long command and the sentinel are one runcmd entry
-    // (`kubeadm init ... && echo success > sentinel`), so the step in flight when the manager
-    // dies still completes inside the node, and the new manager must not start it again.
-    // The step runs until the test lets it finish (/tmp/go), so the kill below lands while it
-    // runs and the new manager is seen waiting for it, however slow the machine.
-    let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- until [ -e /tmp/go ]; do sleep 0.2; done && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
+    // Everything inside run_mut: the cleanup runs even when a wait below panics.
+    env.run_mut(|env| {
+        async move {
+            let id = env.id.clone();
+            let ns = format!("{id}-a");
+            let name = format!("{id}-c");
+            let cp = format!("{name}-cp");
+            let r = env.handle();
+            // Shaped like CABPK's data: the long command and the sentinel are one runcmd entry
+            // (`kubeadm init ... && echo success > sentinel`), so the step in flight when the
+            // manager dies still completes inside the node, and the new manager must not start
+            // it again. The step runs until the test lets it finish (/tmp/go), so the kill below
+            // lands while it runs and the new manager is seen waiting for it, however slow the
+            // machine.
+            let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- until [ -e /tmp/go ]; do sleep 0.2; done && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
 
-    r.namespace("a").await;
-    r.provisioned_cluster(&ns, &name).await;
-    r.create_secret(&ns, "slow", Some(slow), None).await;
-    r.create_machine(
-        &ns,
-        &name,
-        &format!("{name}-cp"),
-        true,
-        Some("slow"),
-        node_spec(),
-    )
-    .await;
-    let docker = docker().await;
-    // The steps run in one exec, so the condition cannot say which one runs; the node can:
-    // the first runcmd entry has written /etc/starts.
-    eventually(LONG, "the slow bootstrap step running", || async {
-        r.docker_machine(&ns, &format!("{name}-cp"))
-            .await
-            .filter(|dm| {
-                dm.cond("BootstrapExecSucceeded")
-                    .is_some_and(|c| c.reason == "Bootstrapping")
-            })?;
-        (exec(&docker, &format!("{name}-cp"), "test -f /etc/starts")
-            .await
-            .0
-            == 0)
-            .then_some(())
-    })
-    .await;
-    // Kill -9 in the middle of bootstrap (the step is still running: no sentinel yet), then
-    // start a new manager.
-    let node_id = inspect(&docker, &format!("{name}-cp")).await.unwrap().id;
-    env.manager.as_mut().unwrap().kill();
-    assert_eq!(
-        exec(
-            &docker,
-            &format!("{name}-cp"),
-            "test -e /run/cluster-api/bootstrap-success.complete; echo $?"
-        )
-        .await
-        .1,
-        "1",
-        "the kill must land mid-step"
-    );
-    env.start_manager(&[], None);
-    env.run(|env| async move {
-        // The new manager takes the run it finds for the earlier process's, and waits for it.
-        eventually(
-            Duration::from_secs(30),
-            "waiting for the earlier manager's bootstrap",
-            || async {
-                env.docker_machine(&ns, &format!("{name}-cp"))
-                    .await
-                    .filter(|dm| {
+            r.namespace("a").await;
+            r.provisioned_cluster(&ns, &name).await;
+            r.create_secret(&ns, "slow", Some(slow), None).await;
+            r.create_machine(&ns, &name, &cp, true, Some("slow"), node_spec())
+                .await;
+            let docker = docker().await;
+            // The steps run in one exec, so the condition cannot say which one runs; the node
+            // can: the first runcmd entry has written /etc/starts.
+            eventually(LONG, "the slow bootstrap step running", || async {
+                r.docker_machine(&ns, &cp).await.filter(|dm| {
+                    dm.cond("BootstrapExecSucceeded")
+                        .is_some_and(|c| c.reason == "Bootstrapping")
+                })?;
+                (exec(&docker, &cp, "test -f /etc/starts").await.0 == 0).then_some(())
+            })
+            .await;
+            // Kill -9 in the middle of bootstrap (the step is still running: no sentinel yet),
+            // then start a new manager.
+            let node_id = inspect(&docker, &cp).await.unwrap().id;
+            env.manager.as_mut().unwrap().kill();
+            assert_eq!(
+                exec(
+                    &docker,
+                    &cp,
+                    "test -e /run/cluster-api/bootstrap-success.complete; echo $?"
+                )
+                .await
+                .1,
+                "1",
+                "the kill must land mid-step"
+            );
+            env.start_manager(&[], None);
+            // The new manager takes the run it finds for the earlier process's, and waits for it.
+            eventually(
+                Duration::from_secs(30),
+                "waiting for the earlier manager's bootstrap",
+                || async {
+                    r.docker_machine(&ns, &cp).await.filter(|dm| {
                         dm.cond("BootstrapExecSucceeded").is_some_and(|c| {
                             c.reason == "Bootstrapping"
                                 && c.message.contains("by an earlier manager process")
                         })
                     })
-            },
-        )
-        .await;
-        exec(&docker, &format!("{name}-cp"), "touch /tmp/go").await;
-        let dm = eventually(LONG, "provisioned after restart", || async {
-            env.docker_machine(&ns, &format!("{name}-cp"))
+                },
+            )
+            .await;
+            exec(&docker, &cp, "touch /tmp/go").await;
+            let dm = eventually(LONG, "provisioned after restart", || async {
+                r.docker_machine(&ns, &cp)
+                    .await
+                    .filter(|dm| dm.spec.provider_id.is_some() && dm.cond_true("Ready"))
+            })
+            .await;
+            assert!(dm.cond_true("Ready"));
+            // The same node container (not recreated), and nothing else but the LB.
+            assert_eq!(inspect(&docker, &cp).await.unwrap().id, node_id);
+            let all = docker
+                .list(&std::collections::BTreeMap::from([(
+                    TEST_LABEL.to_string(),
+                    id.clone(),
+                )]))
                 .await
-                .filter(|dm| dm.spec.provider_id.is_some() && dm.cond_true("Ready"))
-        })
-        .await;
-        assert!(dm.cond_true("Ready"));
-        // The same node container (not recreated), and nothing else but the LB.
-        assert_eq!(
-            inspect(&docker, &format!("{name}-cp")).await.unwrap().id,
-            node_id
-        );
-        let all = docker
-            .list(&std::collections::BTreeMap::from([(
-                TEST_LABEL.to_string(),
-                env.id.clone(),
-            )]))
-            .await
-            .unwrap();
-        let names: Vec<_> = all.iter().map(|c| c.name.clone()).collect();
-        // The bootstrap started by the killed manager was not started a second time.
-        let starts = exec(&docker, &format!("{name}-cp"), "cat /etc/starts")
-            .await
-            .1;
-        assert_eq!(
-            starts.lines().count(),
-            1,
-            "bootstrap ran more than once: {starts:?}"
-        );
-        assert_eq!(all.len(), 2, "{names:?}");
-        assert!(
-            haproxy_cfg(&format!("{name}-lb"))
-                .await
-                .contains(&format!("server {name}-cp "))
-        );
+                .unwrap();
+            let names: Vec<_> = all.iter().map(|c| c.name.clone()).collect();
+            // The bootstrap started by the killed manager was not started a second time.
+            let starts = exec(&docker, &cp, "cat /etc/starts").await.1;
+            assert_eq!(
+                starts.lines().count(),
+                1,
+                "bootstrap ran more than once: {starts:?}"
+            );
+            assert_eq!(all.len(), 2, "{names:?}");
+            assert!(
+                haproxy_cfg(&format!("{name}-lb"))
+                    .await
+                    .contains(&format!("server {cp} "))
+            );
+        }
+        .boxed()
     })
     .await;
 }
@@ -821,93 +808,99 @@ async fn same_cluster_name_in_two_namespaces_stays_separate() {
 async fn machine_waits_with_reasons_and_proceeds_on_watch_events() {
     let mut env = TestEnv::new("waits").await;
     env.start_manager(&[], None);
-    let port = env.manager.as_ref().unwrap().health_port;
-    let r = env.handle();
-    let ns = r.namespace("a").await;
-    let name = format!("{}-c", env.id);
-    let reason_of = |dm: Option<DockerMachine>| {
-        dm.and_then(|dm| dm.cond("ContainerProvisioned").map(|c| c.reason.clone()))
-    };
+    // Everything inside run_mut: the cleanup runs even when a wait below panics.
+    env.run_mut(|env| {
+        async move {
+            let port = env.manager.as_ref().unwrap().health_port;
+            let r = env.handle();
+            let ns = r.namespace("a").await;
+            let name = format!("{}-c", env.id);
+            let reason_of = |dm: Option<DockerMachine>| {
+                dm.and_then(|dm| dm.cond("ContainerProvisioned").map(|c| c.reason.clone()))
+            };
 
-    // Cluster infrastructure not provisioned yet (CAPI core has not said so).
-    let cluster = r.create_cluster(&ns, &name, false).await;
-    r.create_docker_cluster(&ns, &cluster, json!({})).await;
-    r.create_machine(&ns, &name, &format!("{name}-cp"), true, None, node_spec())
-        .await;
-    r.create_machine(&ns, &name, &format!("{name}-w"), false, None, node_spec())
-        .await;
-    let dm = format!("{name}-cp");
-    eventually(LONG, "WaitingForClusterInfrastructureReady", || async {
-        (reason_of(r.docker_machine(&ns, &dm).await).as_deref()
-            == Some("WaitingForClusterInfrastructureReady"))
-        .then_some(())
+            // Cluster infrastructure not provisioned yet (CAPI core has not said so).
+            let cluster = r.create_cluster(&ns, &name, false).await;
+            r.create_docker_cluster(&ns, &cluster, json!({})).await;
+            r.create_machine(&ns, &name, &format!("{name}-cp"), true, None, node_spec())
+                .await;
+            r.create_machine(&ns, &name, &format!("{name}-w"), false, None, node_spec())
+                .await;
+            let dm = format!("{name}-cp");
+            eventually(LONG, "WaitingForClusterInfrastructureReady", || async {
+                (reason_of(r.docker_machine(&ns, &dm).await).as_deref()
+                    == Some("WaitingForClusterInfrastructureReady"))
+                .then_some(())
+            })
+            .await;
+
+            // Cluster status change -> the machines move on without a resync (10 min).
+            r.mark_infrastructure_provisioned(&ns, &name).await;
+            eventually(
+                Duration::from_secs(20),
+                "WaitingForBootstrapData after the Cluster changed",
+                || async {
+                    (reason_of(r.docker_machine(&ns, &dm).await).as_deref()
+                        == Some("WaitingForBootstrapData"))
+                    .then_some(())
+                },
+            )
+            .await;
+            eventually(
+                Duration::from_secs(20),
+                "worker waits for the control plane",
+                || async {
+                    (reason_of(r.docker_machine(&ns, &format!("{name}-w")).await).as_deref()
+                        == Some("WaitingForControlPlaneInitialized"))
+                    .then_some(())
+                },
+            )
+            .await;
+
+            // Machine change (bootstrap data appears) -> provisioned promptly.
+            r.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
+            r.set_machine_secret(&ns, &dm, "boot").await;
+            eventually(
+                Duration::from_secs(30),
+                "provisioned after dataSecretName appeared",
+                || async { r.docker_machine(&ns, &dm).await.filter(fully_provisioned) },
+            )
+            .await;
+
+            // Health, readiness and metrics are served; SIGTERM ends the manager cleanly.
+            for path in ["healthz", "readyz"] {
+                let resp = reqwest::get(format!("http://127.0.0.1:{port}/{path}"))
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 200, "/{path}");
+            }
+            let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            for family in [
+                "capd_reconcile_total",
+                "capd_reconcile_duration_seconds",
+                "capd_docker_api_calls",
+            ] {
+                assert!(metrics.contains(family), "{family} missing from /metrics");
+            }
+            let status = env
+                .manager
+                .as_mut()
+                .unwrap()
+                .terminate()
+                .expect("manager exits within 10s of SIGTERM");
+            assert!(
+                status.success(),
+                "manager exit status after SIGTERM: {status:?}"
+            );
+        }
+        .boxed()
     })
     .await;
-
-    // Cluster status change -> the machines move on without a resync (10 min).
-    r.mark_infrastructure_provisioned(&ns, &name).await;
-    eventually(
-        Duration::from_secs(20),
-        "WaitingForBootstrapData after the Cluster changed",
-        || async {
-            (reason_of(r.docker_machine(&ns, &dm).await).as_deref()
-                == Some("WaitingForBootstrapData"))
-            .then_some(())
-        },
-    )
-    .await;
-    eventually(
-        Duration::from_secs(20),
-        "worker waits for the control plane",
-        || async {
-            (reason_of(r.docker_machine(&ns, &format!("{name}-w")).await).as_deref()
-                == Some("WaitingForControlPlaneInitialized"))
-            .then_some(())
-        },
-    )
-    .await;
-
-    // Machine change (bootstrap data appears) -> provisioned promptly.
-    r.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
-    r.set_machine_secret(&ns, &dm, "boot").await;
-    eventually(
-        Duration::from_secs(30),
-        "provisioned after dataSecretName appeared",
-        || async { r.docker_machine(&ns, &dm).await.filter(fully_provisioned) },
-    )
-    .await;
-
-    // Health, readiness and metrics are served; SIGTERM ends the manager cleanly.
-    for path in ["healthz", "readyz"] {
-        let resp = reqwest::get(format!("http://127.0.0.1:{port}/{path}"))
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200, "/{path}");
-    }
-    let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for family in [
-        "capd_reconcile_total",
-        "capd_reconcile_duration_seconds",
-        "capd_docker_api_calls",
-    ] {
-        assert!(metrics.contains(family), "{family} missing from /metrics");
-    }
-    let status = env
-        .manager
-        .as_mut()
-        .unwrap()
-        .terminate()
-        .expect("manager exits within 10s of SIGTERM");
-    assert!(
-        status.success(),
-        "manager exit status after SIGTERM: {status:?}"
-    );
-    env.run(|_| async {}).await;
 }
 
 /// Contract items 8, 11, 12, 14, 21 and 23 (contract.md §6).

@@ -61,29 +61,29 @@ async fn finalizers_first_and_kept_while_docker_is_down() {
     let mut env = TestEnv::new("delq").await;
     let proxy = DockerProxy::start(&env.id);
     env.start_manager(&[], Some(&proxy.host()));
-    let r = env.handle();
-    r.manager_ready().await;
-    let ns = r.namespace("a").await;
-    let name = format!("{}-c", env.id);
-    let lb = format!("{name}-lb");
-    let cp = format!("{name}-cp");
-
-    // Item 9: with the engine cut off, the finalizer still comes (it needs only the API
-    // server), and no container exists: it is there before any Docker object could be.
-    proxy.down();
-    let cluster = r.create_cluster(&ns, &name, false).await;
-    r.create_docker_cluster(&ns, &cluster, json!({})).await;
-    let dc = eventually(LONG, "finalizer while Docker is down", || async {
-        r.docker_cluster(&ns, &name)
-            .await
-            .filter(|dc| dc.finalizers().iter().any(|f| f == DC_FINALIZER))
-    })
-    .await;
-    assert!(!dc.cond_true("Ready"));
-    assert!(inspect(&docker().await, &lb).await.is_none());
-    proxy.up();
-
+    // Everything inside run: the cleanup runs even when a wait below panics.
     env.run(|env| async move {
+        env.manager_ready().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        let lb = format!("{name}-lb");
+        let cp = format!("{name}-cp");
+
+        // Item 9: with the engine cut off, the finalizer still comes (it needs only the API
+        // server), and no container exists: it is there before any Docker object could be.
+        proxy.down();
+        let cluster = env.create_cluster(&ns, &name, false).await;
+        env.create_docker_cluster(&ns, &cluster, json!({})).await;
+        let dc = eventually(LONG, "finalizer while Docker is down", || async {
+            env.docker_cluster(&ns, &name)
+                .await
+                .filter(|dc| dc.finalizers().iter().any(|f| f == DC_FINALIZER))
+        })
+        .await;
+        assert!(!dc.cond_true("Ready"));
+        assert!(inspect(&docker().await, &lb).await.is_none());
+        proxy.up();
+
         let docker = docker().await;
         eventually(LONG, "DockerCluster Ready", || async {
             env.docker_cluster(&ns, &name)

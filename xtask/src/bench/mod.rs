@@ -192,13 +192,10 @@ impl Bench {
                 })
                 .await?;
                 let manager = self.start_manager(subject, &id).await?;
-                let network_ours = match self.ensure_network(subject, &id).await {
-                    Ok(n) => n,
-                    Err(e) => {
-                        manager.stop().await;
-                        return Err(e);
-                    }
-                };
+                if let Err(e) = self.ensure_network(subject, &id).await {
+                    manager.stop().await;
+                    return Err(e);
+                }
                 let workload = Workload::new(self.client.clone(), &id, &self.cfg.image);
                 let result = tokio::select! {
                     r = self.provider(subject, n, &workload, &manager, timeout) => r,
@@ -214,9 +211,7 @@ impl Bench {
                 workload.teardown().await;
                 manager.stop().await;
                 self.remove_containers(subject, &id).await;
-                if let Some(net) = network_ours {
-                    let _ = self.docker.remove_network(&net).await;
-                }
+                self.remove_networks(&id).await;
                 result
             }
         }
@@ -266,13 +261,7 @@ impl Bench {
         let del_after = self.counter.snapshot();
         let end = manager.usage();
 
-        let secs: Vec<f64> = times.values().map(Duration::as_secs_f64).collect();
         Ok(Run {
-            subject: subject.into(),
-            n,
-            provision_s: secs.iter().copied().fold(0.0, f64::max),
-            p50_s: report::percentile(&secs, 50.0),
-            p95_s: report::percentile(&secs, 95.0),
             delete_s,
             peak_rss_mib: Some(end.peak_rss_mib),
             provision_cpu_s: Some(after.usage.cpu_s - before.usage.cpu_s),
@@ -289,6 +278,7 @@ impl Bench {
             )),
             delete_docker_calls: docker_count::total(&docker_count::delta(&del_before, &del_after)),
             host_cpu_s,
+            ..Run::timed(subject, n, &times)
         })
     }
 
@@ -311,23 +301,17 @@ impl Bench {
             self.check_bootstrapped(FLOOR, id, &names).await?;
             let delete_s = floor.remove(id, n).await?.as_secs_f64();
             let end = self.counter.snapshot();
-            let secs: Vec<f64> = times.values().map(Duration::as_secs_f64).collect();
             Ok(Run {
-                subject: FLOOR.into(),
-                n,
-                provision_s: secs.iter().copied().fold(0.0, f64::max),
-                p50_s: report::percentile(&secs, 50.0),
-                p95_s: report::percentile(&secs, 95.0),
                 delete_s,
                 docker_calls: docker_count::delta(&before, &after),
                 delete_docker_calls: docker_count::total(&docker_count::delta(&after, &end)),
                 host_cpu_s,
-                ..Default::default()
+                ..Run::timed(FLOOR, n, &times)
             })
         }
         .await;
         self.remove_containers(FLOOR, id).await;
-        let _ = self.docker.remove_network(&network).await;
+        self.remove_networks(id).await;
         result
     }
 
@@ -403,11 +387,11 @@ impl Bench {
         }
     }
 
-    /// capd-rs creates (and labels) its own network; upstream expects `kind` to exist. Returns
-    /// the network to remove after the run, if the bench created it.
-    async fn ensure_network(&self, subject: &str, id: &str) -> Result<Option<String>> {
+    /// capd-rs creates its own network (labelled with the run's id, as its containers);
+    /// upstream expects `kind` to exist: the bench makes it, labelled, if it is missing.
+    async fn ensure_network(&self, subject: &str, id: &str) -> Result<()> {
         if subject != UPSTREAM {
-            return Ok(None);
+            return Ok(());
         }
         let opts = ListNetworksOptionsBuilder::new()
             .filters(&HashMap::from([("name", vec![UPSTREAM_NETWORK])]))
@@ -418,11 +402,32 @@ impl Bench {
             .await?
             .iter()
             .any(|n| n.name.as_deref() == Some(UPSTREAM_NETWORK));
-        if exists {
-            return Ok(None);
+        if !exists {
+            self.create_network(UPSTREAM_NETWORK, id).await?;
         }
-        self.create_network(UPSTREAM_NETWORK, id).await?;
-        Ok(Some(UPSTREAM_NETWORK.into()))
+        Ok(())
+    }
+
+    /// The networks labelled with the run's id: the floor's, capd-rs's own, and `kind` when
+    /// the bench made it.
+    async fn remove_networks(&self, id: &str) {
+        let label = format!("{LABEL_KEY}={id}");
+        let opts = ListNetworksOptionsBuilder::new()
+            .filters(&HashMap::from([("label", vec![label.as_str()])]))
+            .build();
+        for net in self
+            .docker
+            .list_networks(Some(opts))
+            .await
+            .unwrap_or_default()
+        {
+            let Some(name) = net.name else { continue };
+            if let Err(e) = self.docker.remove_network(&name).await {
+                say(&format!(
+                    "WARNING: network {name} of run {id} not removed: {e}"
+                ));
+            }
+        }
     }
 
     async fn create_network(&self, name: &str, id: &str) -> Result<()> {

@@ -149,20 +149,9 @@ fn vm_hwm_kib(status: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// utime + stime: fields 14 and 15 of `stat`, counted after the `(comm)` that may hold spaces.
+/// utime + stime of a `/proc/<pid>/stat` line (the process alone).
 fn cpu_ticks(stat: &str) -> u64 {
-    let Some((_, rest)) = stat.rsplit_once(") ") else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // `rest` starts at field 3 (state).
-    field(11) + field(12)
+    stat_times(stat).map_or(0, |(_, t)| t[0] + t[1])
 }
 
 /// The host processes whose CPU the bench accounts for, by command name (`comm`, at most 15
@@ -208,17 +197,21 @@ pub fn host_cpu() -> BTreeMap<String, f64> {
 
 /// `comm` and utime + stime + cutime + cstime of a `/proc/<pid>/stat` line.
 fn comm_and_ticks(stat: &str) -> Option<(&str, u64)> {
+    stat_times(stat).map(|(comm, t)| (comm, t.iter().sum()))
+}
+
+/// `comm` and fields 14–17 (utime, stime, cutime, cstime) of a `/proc/<pid>/stat` line,
+/// counted after the `(comm)` that may hold spaces.
+fn stat_times(stat: &str) -> Option<(&str, [u64; 4])> {
     let open = stat.find('(')?;
     let (comm_end, rest) = stat.rsplit_once(") ")?;
-    let comm = &comm_end[open + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    Some((comm, field(11) + field(12) + field(13) + field(14)))
+    // `rest` starts at field 3 (state).
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse().ok()).unwrap_or(0);
+    Some((
+        &comm_end[open + 1..],
+        [field(11), field(12), field(13), field(14)],
+    ))
 }
 
 /// Sums a counter's samples by one label: `name{..label="v"..} 3` lines.

@@ -48,6 +48,23 @@ pub struct Run {
 }
 
 impl Run {
+    /// A run's provisioning times, from when each machine was done: all, median, 95th
+    /// percentile.
+    pub fn timed(subject: &str, n: usize, done: &BTreeMap<String, std::time::Duration>) -> Self {
+        let secs: Vec<f64> = done
+            .values()
+            .map(std::time::Duration::as_secs_f64)
+            .collect();
+        Run {
+            subject: subject.into(),
+            n,
+            provision_s: secs.iter().copied().fold(0.0, f64::max),
+            p50_s: percentile(&secs, 50.0),
+            p95_s: percentile(&secs, 95.0),
+            ..Default::default()
+        }
+    }
+
     pub fn docker_calls_total(&self) -> u64 {
         self.docker_calls.values().sum()
     }
