@@ -231,6 +231,37 @@ mod tests {
         );
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_names_the_step_the_node_had_reached() {
+        // Every exec takes a minute; the one-exec script is cut off at 10 s, then the node's
+        // progress file says two steps were done.
+        let rt = FakeRuntime::answering(vec![Ok(crate::docker::ExecOutput {
+            exit_code: 0,
+            stdout: b"2\n".to_vec(),
+            stderr: Vec::new(),
+        })])
+        .slowed(Duration::from_secs(60));
+        let tasks = BootstrapTasks::new(1);
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        tasks.start(
+            "uid",
+            Arc::new(rt),
+            "node".into(),
+            vec![step(1), step(2), step(3)],
+            Duration::from_secs(10),
+            move || {
+                let _ = done_tx.send(());
+            },
+        );
+        done_rx.recv().await.unwrap();
+        match tasks.poll("uid") {
+            TaskState::Finished(Finished::TimedOut(m)) => {
+                assert!(m.ends_with("it was at step 3/3: step 3"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn at_most_limit_bootstraps_run_at_once() {
         let rt = Arc::new(FakeRuntime::slow(Duration::from_millis(50)));

@@ -43,6 +43,12 @@ impl FakeRuntime {
         }
     }
 
+    /// The same fake, every exec taking `delay`.
+    pub fn slowed(mut self, delay: Duration) -> Self {
+        self.exec_delay = delay;
+        self
+    }
+
     pub fn calls(&self) -> Vec<Call> {
         self.calls.lock().unwrap().clone()
     }
