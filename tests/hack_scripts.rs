@@ -50,9 +50,9 @@ fn a_process_that_exits_instead_of_getting_ready_is_replaced() {
         PLANE_DIR=$(mktemp -d)
         # A stand-in for a dying server: ours (its command line names PLANE_DIR), never ready,
         # gone in 2 s.
-        # Until the child has exec'd, its command line is its parent's (this script, where
-        # PLANE_DIR is not expanded): wait for ours.
-        execd() { until tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null | grep -qF "fake-server $PLANE_DIR"; do sleep 0.05; done; }
+        # The child is this script's copy, then `bash -c "exec -a ..."`, then the stand-in: wait
+        # for the last (a command line read mid-exec can even be empty).
+        execd() { until [[ "$(tr '\0' ' ' < "/proc/$1/cmdline" 2>/dev/null)" == "fake-server $PLANE_DIR"* ]]; do sleep 0.05; done; }
         bash -c "exec -a 'fake-server $PLANE_DIR' sleep 2" >/dev/null 2>&1 &
         echo $! > "$PLANE_DIR/pid"; execd $!
         never_ready() { false; }
