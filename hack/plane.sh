@@ -213,8 +213,8 @@ install_crds() {
   # Skip the work when no input changed since the last successful apply (keeps `up` quick:
   # parsing the big CAPI CRDs alone takes seconds). Inputs: the (immutable) module version, our
   # CRD files and this function's recipe.
-  sum=$( { echo "$mod"; declare -f crd_stream; cat "$REPO_ROOT"/config/crd/bases/*.y*ml 2>/dev/null || true; } |
-    sha256sum | cut -c1-64)
+  sum=$( { echo "$mod"; declare -f crd_stream install_crds; cat "$REPO_ROOT"/config/crd/bases/*.y*ml \
+    "$REPO_ROOT"/config/admission/*.y*ml 2>/dev/null || true; } | sha256sum | cut -c1-64)
   if [[ -f $CRD_STAMP && $(<"$CRD_STAMP") == "$sum" ]] &&
      kubectl_plane get crd clusters.cluster.x-k8s.io >/dev/null 2>&1; then
     log "CRDs up to date"
@@ -228,6 +228,12 @@ install_crds() {
     --field-manager=capd-rs-plane -o name -f -)
   # shellcheck disable=SC2086  # one name per word
   kubectl_plane wait --for=condition=Established --timeout=60s $applied >/dev/null
+  # Our admission policies (rules that need the request, e.g. the topology dry-run exception).
+  if [[ -f $REPO_ROOT/config/admission/kustomization.yaml ]]; then
+    log "installing admission policies (config/admission)"
+    kubectl_plane kustomize "$REPO_ROOT/config/admission" | kubectl_plane apply --server-side \
+      --force-conflicts --field-manager=capd-rs-plane -f - >/dev/null
+  fi
   echo "$sum" > "$CRD_STAMP"
 }
 

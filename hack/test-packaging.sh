@@ -194,7 +194,7 @@ check_components() {
   [[ -z "$bad" ]] || fail "objects without cluster.x-k8s.io/provider=infrastructure-docker: $(echo $bad)"
   # only the expected kinds; namespaced ones in capd-system, cluster-scoped ones without namespace
   bad=$(awk -F'|' '
-    $1 ~ /^(Namespace|CustomResourceDefinition|ClusterRole|ClusterRoleBinding)$/ { if ($3 != "") print $1"/"$2" has a namespace"; next }
+    $1 ~ /^(Namespace|CustomResourceDefinition|ClusterRole|ClusterRoleBinding|ValidatingAdmissionPolicy|ValidatingAdmissionPolicyBinding)$/ { if ($3 != "") print $1"/"$2" has a namespace"; next }
     $1 ~ /^(ServiceAccount|Role|RoleBinding|Deployment)$/ { if ($3 != "capd-system") print $1"/"$2" is not in capd-system"; next }
     { print "unexpected kind " $1"/"$2 }' <<<"$list")
   [[ -z "$bad" ]] || fail "$(echo $bad)"

@@ -1,6 +1,7 @@
-//! The committed CRDs are what `crdgen` prints, and the API server enforces their schema:
-//! manifests written for upstream CAPD v1.13 (v1beta2) validate unchanged, bad values are
-//! rejected with a message naming the field.
+//! The committed CRDs are what `crdgen` prints, and the API server enforces their schema and the
+//! admission policy of `config/admission`: manifests written for upstream CAPD v1.13 (v1beta2)
+//! validate unchanged, bad values are rejected with a message naming the field, defaults and
+//! immutability are upstream's.
 mod common;
 
 use std::path::Path;
@@ -153,4 +154,205 @@ async fn contract_status_fields_are_not_pruned() {
         status,
         "status fields were pruned or changed"
     );
+}
+
+fn obj(v: serde_json::Value) -> DynamicObject {
+    serde_json::from_value(v).unwrap()
+}
+
+/// Upstream's webhooks default these at admission; the CRD schema does here.
+#[tokio::test]
+async fn admission_defaults_spec_endpoint_port_and_failure_domains() {
+    let client = common::client().await;
+    let id = std::process::id();
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &infra("DockerCluster"));
+    let machines: Api<DynamicObject> =
+        Api::namespaced_with(client, "default", &infra("DockerMachine"));
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let bare = clusters
+        .create(
+            &pp,
+            &obj(
+                json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                "kind": "DockerCluster", "metadata": {"name": format!("bare-{id}")}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        bare.data["spec"],
+        json!({"controlPlaneEndpoint": {"port": 6443}})
+    );
+    let with_host = clusters
+        .create(
+            &pp,
+            &obj(
+                json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                "kind": "DockerCluster", "metadata": {"name": format!("host-{id}")},
+                "spec": {"controlPlaneEndpoint": {"host": "10.0.0.1"},
+                         "failureDomains": [{"name": "a"}, {"name": "b", "controlPlane": true}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        with_host.data["spec"]["controlPlaneEndpoint"],
+        json!({"host": "10.0.0.1", "port": 6443})
+    );
+    assert_eq!(
+        with_host.data["spec"]["failureDomains"],
+        json!([{"name": "a", "controlPlane": false}, {"name": "b", "controlPlane": true}])
+    );
+    let machine = machines
+        .create(
+            &pp,
+            &obj(
+                json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                "kind": "DockerMachine", "metadata": {"name": format!("bare-{id}")}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(machine.data["spec"], json!({}), "stored with an empty spec");
+}
+
+/// `status.capacity` holds Kubernetes quantities, integers or strings (the autoscaler reads it).
+#[tokio::test]
+async fn template_capacity_holds_quantities() {
+    let client = common::client().await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client, "default", &infra("DockerMachineTemplate"));
+    let name = format!("capacity-{}", std::process::id());
+    api.create(
+        &PostParams::default(),
+        &obj(
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "DockerMachineTemplate", "metadata": {"name": name},
+            "spec": {"template": {"spec": {}}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let capacity = json!({"cpu": 2, "memory": "8Gi", "ephemeral-storage": "100G"});
+    let patched = api
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"capacity": capacity}})),
+        )
+        .await;
+    let bad = api
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"capacity": {"cpu": "two"}}})),
+        )
+        .await;
+    let _ = api.delete(&name, &Default::default()).await;
+    assert_eq!(patched.unwrap().data["status"]["capacity"], capacity);
+    let err = bad.expect_err("not a quantity").to_string();
+    assert!(err.contains("status.capacity.cpu"), "{err}");
+}
+
+/// DockerClusterTemplate: `spec.template.spec` cannot change (its metadata can).
+#[tokio::test]
+async fn cluster_template_spec_is_immutable() {
+    let client = common::client().await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client, "default", &infra("DockerClusterTemplate"));
+    let name = format!("dct-immutable-{}", std::process::id());
+    api.create(
+        &PostParams::default(),
+        &obj(
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "DockerClusterTemplate", "metadata": {"name": name},
+            "spec": {"template": {"spec": {}}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let pp = PatchParams::default();
+    let spec_change = api
+        .patch(
+            &name,
+            &pp,
+            &Patch::Merge(
+                &json!({"spec": {"template": {"spec": {"loadBalancer": {"imageTag": "v2"}}}}}),
+            ),
+        )
+        .await;
+    let meta_change = api
+        .patch(
+            &name,
+            &pp,
+            &Patch::Merge(&json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}})),
+        )
+        .await;
+    let _ = api.delete(&name, &Default::default()).await;
+    let err = spec_change.expect_err("spec change").to_string();
+    assert!(err.contains("spec.template.spec is immutable"), "{err}");
+    meta_change.expect("the template's metadata may change");
+}
+
+/// DockerMachineTemplate: `spec.template.spec` cannot change, except in CAPI's topology dry-run
+/// (a dry-run request on an object carrying `topology.cluster.x-k8s.io/dry-run`), which the
+/// topology controller uses to compute a ClusterClass change before it makes a new template.
+#[tokio::test]
+async fn machine_template_spec_is_immutable_except_in_topology_dry_run() {
+    let client = common::client().await;
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client, "default", &infra("DockerMachineTemplate"));
+    let name = format!("dmt-immutable-{}", std::process::id());
+    api.create(
+        &PostParams::default(),
+        &obj(
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "DockerMachineTemplate", "metadata": {"name": name},
+            "spec": {"template": {"spec": {"customImage": "kindest/node:v1.35.0"}}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let new_image =
+        json!({"spec": {"template": {"spec": {"customImage": "kindest/node:v1.36.0"}}}});
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let with_annotation = {
+        let mut p = new_image.clone();
+        p["metadata"] = json!({"annotations": {"topology.cluster.x-k8s.io/dry-run": ""}});
+        p
+    };
+    let plain = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&new_image))
+        .await;
+    let dry_plain = api.patch(&name, &dry_run, &Patch::Merge(&new_image)).await;
+    let dry_topology = api
+        .patch(&name, &dry_run, &Patch::Merge(&with_annotation))
+        .await;
+    let labels = api
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await;
+    let _ = api.delete(&name, &Default::default()).await;
+    let err = plain.expect_err("a spec change").to_string();
+    assert!(err.contains("spec.template.spec is immutable"), "{err}");
+    let err = dry_plain
+        .expect_err("a dry run without the topology annotation")
+        .to_string();
+    assert!(err.contains("spec.template.spec is immutable"), "{err}");
+    let accepted = dry_topology.expect("CAPI's topology dry-run goes through");
+    assert_eq!(
+        accepted.data["spec"]["template"]["spec"]["customImage"],
+        "kindest/node:v1.36.0"
+    );
+    labels.expect("metadata may change");
 }

@@ -262,3 +262,92 @@ async fn real_capi_drives_a_cluster_from_the_default_template() {
     })
     .await;
 }
+
+/// API parity with upstream: a ClusterClass change of the machine image goes through on real
+/// CAPI. The topology controller tells whether a template changed by server-side-applying the
+/// new DockerMachineTemplate in dry-run mode, annotated `topology.cluster.x-k8s.io/dry-run`,
+/// and then rotates to a new template. A CRD rule keeping `customImage` immutable refused that
+/// dry run, and the topology stalled; the admission policy of `config/admission` lets it pass
+/// (`tests/crds.rs` checks the policy itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterclass_image_change_rotates_the_machine_template() {
+    let (env, ns) = TestEnv::with_namespaced_manager("cc").await;
+    env.run(|env| async move {
+        let class = include_str!("../templates/clusterclass-quick-start.yaml");
+        kubectl(&["apply", "-n", &ns, "-f", "-"], Some(class));
+        let name = format!("{}-cc", env.id);
+        let cluster = |image: &str| {
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {
+                    "clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]},
+                                       "services": {"cidrBlocks": ["10.128.0.0/12"]}},
+                    "topology": {
+                        "classRef": {"name": "quick-start"},
+                        "version": format!("v{K8S_VERSION}"),
+                        "controlPlane": {"replicas": 1},
+                        "variables": [{"name": "customImage", "value": image}]
+                    }
+                }
+            })
+            .to_string()
+        };
+        kubectl(&["apply", "-f", "-"], Some(&cluster(NODE_IMAGE)));
+        let kcps = capi_api(
+            &env,
+            &ns,
+            "controlplane.cluster.x-k8s.io",
+            "KubeadmControlPlane",
+        );
+        let templates = capi_api(
+            &env,
+            &ns,
+            "infrastructure.cluster.x-k8s.io",
+            "DockerMachineTemplate",
+        );
+        // The control plane's machine template, and its image.
+        let current = || async {
+            let kcp = kcps.list(&ListParams::default()).await.ok()?.items.pop()?;
+            let template = kcp.data["spec"]["machineTemplate"]["spec"]["infrastructureRef"]["name"]
+                .as_str()?
+                .to_string();
+            let dmt = templates.get_opt(&template).await.ok()??;
+            let image = dmt.data["spec"]["template"]["spec"]["customImage"]
+                .as_str()?
+                .to_string();
+            Some((template, image))
+        };
+        let (first, image) = eventually(
+            LONG,
+            "the control plane's DockerMachineTemplate",
+            || async { current().await.filter(|(_, image)| image == NODE_IMAGE) },
+        )
+        .await;
+        assert_eq!(image, NODE_IMAGE);
+
+        let new_image = "capd-rs/node:light-next";
+        kubectl(&["apply", "-f", "-"], Some(&cluster(new_image)));
+        let (second, _) = eventually(
+            LONG,
+            "a new DockerMachineTemplate with the new image",
+            || async { current().await.filter(|(_, image)| image == new_image) },
+        )
+        .await;
+        assert_ne!(first, second, "a new template, not a changed one");
+        let clusters = capi_api(&env, &ns, "cluster.x-k8s.io", "Cluster");
+        let topology = clusters.get(&name).await.unwrap();
+        let reconciled = topology.data["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "TopologyReconciled"))
+            .cloned();
+        assert!(
+            !reconciled
+                .as_ref()
+                .and_then(|c| c["message"].as_str())
+                .is_some_and(|m| m.contains("immutable")),
+            "the topology met the immutability rule: {reconciled:?}"
+        );
+    })
+    .await;
+}

@@ -13,9 +13,10 @@ pub struct ApiEndpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub host: Option<String>,
-    /// The port on which the API server is serving.
+    /// The port on which the API server is serving. Defaults to 6443 at admission, as
+    /// upstream's webhook does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65535))]
+    #[schemars(range(min = 1, max = 65535), extend("default" = 6443))]
     pub port: Option<i32>,
 }
 
@@ -33,8 +34,10 @@ pub struct FailureDomain {
     /// Name of the failure domain.
     #[schemars(length(min = 1, max = 256))]
     pub name: String,
-    /// Whether the failure domain is suitable for control-plane machines.
+    /// Whether the failure domain is suitable for control-plane machines (default false, set at
+    /// admission as upstream's webhook does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = false))]
     pub control_plane: Option<bool>,
     /// Free-form attributes.
     #[serde(default, skip_serializing_if = "Option::is_none")]

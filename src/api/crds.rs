@@ -1,8 +1,10 @@
 //! The CustomResourceDefinitions we ship, with the contract label CAPI core looks for.
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    CustomResourceDefinition, JSON, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    ValidationRule,
 };
 use kube::CustomResourceExt;
+use serde_json::json;
 
 use super::{DockerCluster, DockerClusterTemplate, DockerMachine, DockerMachineTemplate};
 
@@ -26,6 +28,8 @@ pub fn all() -> Vec<CustomResourceDefinition> {
                 .and_then(|s| s.open_api_v3_schema.as_mut())
             {
                 strip_nullable(schema);
+                int_or_string(schema);
+                root_rules(&crd.spec.names.kind, schema);
             }
         }
         crd.metadata
@@ -41,7 +45,14 @@ pub fn all() -> Vec<CustomResourceDefinition> {
 /// would only be a way to store an invalid value. Absent is how "unset" is expressed.
 fn strip_nullable(schema: &mut JSONSchemaProps) {
     schema.nullable = None;
-    let children = schema
+    for child in children(schema) {
+        strip_nullable(child);
+    }
+}
+
+/// The direct sub-schemas of a schema: properties, items, additionalProperties.
+fn children(schema: &mut JSONSchemaProps) -> impl Iterator<Item = &mut JSONSchemaProps> {
+    schema
         .properties
         .iter_mut()
         .flat_map(|p| p.values_mut())
@@ -57,9 +68,80 @@ fn strip_nullable(schema: &mut JSONSchemaProps) {
                     JSONSchemaPropsOrBool::Schema(s) => Some(s.as_mut()),
                     JSONSchemaPropsOrBool::Bool(_) => None,
                 }),
+        )
+}
+
+/// The rules that belong to one kind's root, not to the types it shares with others:
+/// - `spec` is optional, as upstream's (its examples and e2e data create DockerClusters and
+///   DockerMachines without one); a controller-read kind gets `spec: {}` by default so that every
+///   stored object has one.
+/// - DockerMachine: `customImage` is immutable (upstream's webhook). Not on DockerMachineSpec
+///   itself: the template embeds it, and a template's immutability has an exception CEL cannot
+///   see (config/admission/).
+/// - DockerClusterTemplate: `spec.template.spec` is immutable (upstream's webhook).
+fn root_rules(kind: &str, root: &mut JSONSchemaProps) {
+    if let Some(required) = root.required.as_mut() {
+        required.retain(|r| r != "spec");
+    }
+    if root.required.as_ref().is_some_and(Vec::is_empty) {
+        root.required = None;
+    }
+    let Some(spec) = root.properties.as_mut().and_then(|p| p.get_mut("spec")) else {
+        return;
+    };
+    match kind {
+        "DockerCluster" => spec.default = Some(JSON(json!({}))),
+        "DockerMachine" => {
+            spec.default = Some(JSON(json!({})));
+            spec.x_kubernetes_validations = Some(vec![rule(
+                "(has(self.customImage) ? self.customImage : '') == (has(oldSelf.customImage) ? oldSelf.customImage : '')",
+                "spec.customImage is immutable",
+            )]);
+        }
+        "DockerClusterTemplate" => {
+            if let Some(inner) = spec
+                .properties
+                .as_mut()
+                .and_then(|p| p.get_mut("template"))
+                .and_then(|t| t.properties.as_mut())
+                .and_then(|p| p.get_mut("spec"))
+            {
+                inner.x_kubernetes_validations = Some(vec![rule(
+                    "self == oldSelf",
+                    "spec.template.spec is immutable; create a new DockerClusterTemplate instead",
+                )]);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn rule(rule: &str, message: &str) -> ValidationRule {
+    ValidationRule {
+        rule: rule.into(),
+        message: Some(message.into()),
+        ..Default::default()
+    }
+}
+
+/// A schema marked `x-kubernetes-int-or-string` (a `resource.Quantity`) in the one shape the API
+/// server accepts, `anyOf: [{type: integer}, {type: string}]`: kube's structural rewrite leaves
+/// the branches empty, and a unit struct adds `enum: [null]`, so that no value fits.
+fn int_or_string(schema: &mut JSONSchemaProps) {
+    if schema.x_kubernetes_int_or_string == Some(true) {
+        schema.enum_ = None;
+        schema.type_ = None;
+        schema.any_of = Some(
+            ["integer", "string"]
+                .map(|t| JSONSchemaProps {
+                    type_: Some(t.into()),
+                    ..Default::default()
+                })
+                .into(),
         );
-    for child in children {
-        strip_nullable(child);
+    }
+    for child in children(schema) {
+        int_or_string(child);
     }
 }
 

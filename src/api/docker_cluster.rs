@@ -24,9 +24,11 @@ use super::conditions::Condition;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DockerClusterSpec {
-    /// Endpoint of the workload cluster's API server. The controller fills an empty host with the
-    /// load balancer's address and an empty port with 6443.
+    /// Endpoint of the workload cluster's API server. Admission defaults the port to 6443 (as
+    /// upstream's webhook does); the controller fills an empty host with the load balancer's
+    /// address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = {"port": 6443}))]
     pub control_plane_endpoint: Option<ApiEndpoint>,
 
     /// Failure domains machines may be placed in; copied to status. Must be sorted by name.

@@ -9,7 +9,8 @@ use super::common::{Deprecated, Initialization, MachineAddress, Mount};
 use super::conditions::Condition;
 
 /// Go `time.Duration` syntax, as `metav1.Duration` accepts it ("5m", "1h30m", "90s").
-pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$";
+pub const DURATION_PATTERN: &str =
+    r"^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$";
 
 /// Default for `spec.bootstrapTimeout`, as upstream.
 pub const DEFAULT_BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(5 * 60);
@@ -33,10 +34,6 @@ pub const DEFAULT_BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(5 * 60);
     printcolumn = r#"{"name":"Age","type":"date","description":"Time duration since creation of DockerMachine","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "(has(self.customImage) ? self.customImage : '') == (has(oldSelf.customImage) ? oldSelf.customImage : '')",
-    "message": "spec.customImage is immutable"
-}]))]
 pub struct DockerMachineSpec {
     /// `docker:////<container>`; set by the controller.
     #[serde(
@@ -62,7 +59,7 @@ pub struct DockerMachineSpec {
     pub bootstrapped: Option<bool>,
     /// How long bootstrap may take (Go duration, default 5m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub bootstrap_timeout: Option<String>,
 }
 
@@ -96,26 +93,39 @@ pub struct DockerMachineStatus {
     pub deprecated: Option<Deprecated>,
 }
 
-/// Parse a Go duration string ("1h2m3.5s"). `None` for anything `DURATION_PATTERN` rejects.
+/// Parse a Go duration string ("1h2m3.5s", ".5s", "-1m", "0"), as Go's `time.ParseDuration`
+/// reads it. `None` for anything [`DURATION_PATTERN`] rejects, and for a duration too long
+/// to represent (Go refuses those too). A negative duration is zero: the timeout has passed.
 pub fn parse_go_duration(s: &str) -> Option<Duration> {
-    if s.is_empty() {
+    let (negative, unsigned) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if unsigned.is_empty() {
         return None;
     }
+    if unsigned == "0" {
+        return Some(Duration::ZERO);
+    }
     let mut total = 0f64;
-    let mut rest = s;
+    let mut rest = unsigned;
     while !rest.is_empty() {
         let num_len = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(rest.len());
-        if num_len == 0 {
+        let number = &rest[..num_len];
+        // Go wants a digit on at least one side of the point.
+        if !number.bytes().any(|b| b.is_ascii_digit()) {
             return None;
         }
-        let value: f64 = rest[..num_len].parse().ok()?;
+        let value: f64 = number.parse().ok()?;
         rest = &rest[num_len..];
         let (unit, secs) = [
             ("ns", 1e-9),
             ("us", 1e-6),
-            ("µs", 1e-6),
+            ("µs", 1e-6), // U+00B5 micro sign
+            ("μs", 1e-6), // U+03BC Greek small letter mu
             ("ms", 1e-3),
             ("s", 1.0),
             ("m", 60.0),
@@ -127,7 +137,13 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         rest = &rest[unit.len()..];
         total += value * secs;
     }
-    Some(Duration::from_secs_f64(total))
+    if negative {
+        return Some(Duration::ZERO);
+    }
+    // Go's limit is about 292 years (i64 nanoseconds).
+    (total <= i64::MAX as f64 / 1e9)
+        .then(|| Duration::try_from_secs_f64(total).ok())
+        .flatten()
 }
 
 impl DockerMachine {
@@ -151,19 +167,35 @@ mod tests {
         assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
         assert_eq!(parse_go_duration("1.5s"), Some(Duration::from_millis(1500)));
         assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_go_duration(".5s"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_go_duration("1.s"), Some(Duration::from_secs(1)));
+        assert_eq!(parse_go_duration("+2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_go_duration("0"), Some(Duration::ZERO));
+        assert_eq!(
+            parse_go_duration("-1m"),
+            Some(Duration::ZERO),
+            "already passed"
+        );
+        assert_eq!(parse_go_duration("3μs"), Some(Duration::from_micros(3)));
+        assert_eq!(parse_go_duration("3µs"), Some(Duration::from_micros(3)));
         assert_eq!(parse_go_duration("5"), None);
         assert_eq!(parse_go_duration("m5"), None);
+        assert_eq!(parse_go_duration(".s"), None);
         assert_eq!(parse_go_duration("5 minutes"), None);
         assert_eq!(parse_go_duration(""), None);
+        assert_eq!(parse_go_duration("-"), None);
+        assert_eq!(parse_go_duration("99999999999999999999h"), None, "no panic");
     }
 
     #[test]
     fn duration_pattern_agrees_with_parser() {
         let re = regex::Regex::new(DURATION_PATTERN).unwrap();
-        for ok in ["5m", "1h30m", "1.5s", "10ms"] {
+        for ok in [
+            "5m", "1h30m", "1.5s", "10ms", ".5s", "1.s", "0", "-1m", "+3h", "2μs", "2µs",
+        ] {
             assert!(re.is_match(ok) && parse_go_duration(ok).is_some(), "{ok}");
         }
-        for bad in ["5", "m", "5 m", "-5m", "five"] {
+        for bad in ["5", "m", "5 m", ".s", "five", "--1m", "1m-", ""] {
             assert!(
                 !re.is_match(bad) && parse_go_duration(bad).is_none(),
                 "{bad}"
