@@ -17,6 +17,9 @@ K8S_VERSION=${K8S_VERSION:-1.35.4}
 ETCD_VERSION=${ETCD_VERSION:-3.6.6}
 # CoreDNS: the version kubeadm v$K8S_VERSION deploys (its CoreDNSVersion).
 COREDNS_VERSION=${COREDNS_VERSION:-1.13.1}
+# crictl in the node image, as kind's has it (upstream CAPD v1.14 waits for `crictl ps` before
+# it bootstraps a node). v1.34.0 is the newest sigs.k8s.io/cri-tools the module proxy has.
+CRICTL_VERSION=${CRICTL_VERSION:-1.34.0}
 CAPI_VERSION=${CAPI_VERSION:-1.13.5}
 # Upstream CAPD, the benchmark peer of hack/bench.sh: the newest release for which the Go module
 # proxy has both the test module and the core module it needs (test has v1.13.7+ and v1.14.1-4, core

@@ -12,7 +12,8 @@
 # - Debian bookworm with systemd 252 (newer systemd refuses cgroup v1 hosts), containerd 1.6 and
 #   runc 1.1 (Debian's), the CNI plugins (Debian's, linked into /opt/cni/bin), iptables, conntrack,
 #   iproute2 and mount tools;
-# - kubelet, kubeadm and kubectl built from the Go module proxy (hack/build-binaries.sh);
+# - kubelet, kubeadm, kubectl and crictl built from the Go module proxy (hack/build-binaries.sh);
+#   crictl set up for the node's containerd, as in kind's image;
 # - every image `kubeadm init/join` pulls, preloaded and pinned in containerd under the exact names
 #   `kubeadm config images list` prints, built here from binaries built from the Go module proxy
 #   (kube-apiserver, kube-controller-manager, kube-scheduler, kube-proxy, etcd, coredns, pause), so
@@ -34,7 +35,7 @@ K8S_BIN="$BIN_DIR/k8s-v$K8S_VERSION"
 # nothing here, nor does where the repository is cloned (cargo tree prints local paths).
 recipe() {
   {
-    echo "$K8S_VERSION $ETCD_VERSION $COREDNS_VERSION $PODNET_IMAGE"
+    echo "$K8S_VERSION $ETCD_VERSION $COREDNS_VERSION $CRICTL_VERSION $PODNET_IMAGE"
     cat "$0" "$HACK_DIR/lib-image.sh" "$FILES"/* "$REPO_ROOT/src/bin/podnet.rs"
     (cd "$REPO_ROOT" && cargo tree --quiet --locked -e normal --prefix none --target x86_64-unknown-linux-gnu) \
       | sed 's/ (.*$//' | sort -u
@@ -159,6 +160,8 @@ node_layer() {
     "$dir/etc/systemd/system/kubelet.service.d" "$dir/etc/systemd/system/multi-user.target.wants" \
     "$dir/etc/cni/net.d" "$dir/etc/kubernetes/manifests" "$dir/var/lib/kubelet"
   cp "$K8S_BIN/kubelet" "$K8S_BIN/kubeadm" "$K8S_BIN/kubectl" "$dir/usr/bin/"
+  install -m 0755 "$BIN_DIR/crictl-v$CRICTL_VERSION/crictl" "$dir/usr/local/bin/crictl"
+  cp "$FILES/crictl.yaml" "$dir/etc/crictl.yaml"
   install -m 0755 "$FILES/entrypoint" "$dir/usr/local/bin/entrypoint"
   sed -e "s/@PAUSE_VERSION@/$PAUSE_VERSION/" -e "s/@K8S_VERSION@/$K8S_VERSION/" \
     "$FILES/containerd-config.toml" > "$dir/etc/containerd/config.toml"
@@ -228,6 +231,8 @@ check_image() {
     grep -qxF "$img" <<<"$have" || die "$NODE_IMAGE lacks the preloaded image $img"
   done
   docker exec "$c" kubeadm version -o short | grep -qxF "v$K8S_VERSION" || die "kubeadm in $NODE_IMAGE is not v$K8S_VERSION"
+  # The CRI answers crictl (upstream CAPD and log collectors use it).
+  docker exec "$c" crictl ps >/dev/null || die "crictl ps fails in $NODE_IMAGE"
   docker rm -f -v "$c" >/dev/null
   trap - EXIT
   log "$NODE_IMAGE boots (systemd running, containerd with $(wc -l <<<"$have") preloaded images)"
@@ -249,7 +254,7 @@ fi
 
 t0=$SECONDS
 log "building $NODE_IMAGE (recipe $key)"
-"$HACK_DIR/build-binaries.sh" node etcd coredns
+"$HACK_DIR/build-binaries.sh" node etcd coredns crictl
 log "building podnet (release)"
 (cd "$REPO_ROOT" && cargo build --quiet --release --locked --bin podnet) || die "cargo build of podnet failed"
 build_components
