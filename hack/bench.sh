@@ -3,8 +3,10 @@
 # Engine alone, doing the same container creates, starts and execs) provision N light machines
 # each, on the same plane and engine, in one run. The measuring is `cargo run -p xtask -- bench`
 # (xtask/src/bench/); this script only prepares its inputs: the plane, the images, both managers.
-#   hack/bench.sh              N = 1 10 50 100
+#   hack/bench.sh              N = 1 10 50 100, then the real-node workload
 #   hack/bench.sh 10 50        only these N
+#   hack/bench.sh 10 nodes     N = 10, then real nodes: 1 control plane + 2 workers to all Nodes
+#                              Ready, from the default template (both providers; no floor)
 # Settings (environment):
 #   BENCH_SUBJECTS   any of floor,capd-rs,upstream (default: all three)
 #   BENCH_IDLE       seconds of steady state observed with the machines provisioned (default 20)
@@ -15,10 +17,18 @@
 # whose value is the run id); each run removes its own.
 source "$(dirname "$0")/lib.sh"
 
-NS_LIST=("$@")
-((${#NS_LIST[@]})) || NS_LIST=(1 10 50 100)
-for n in "${NS_LIST[@]}"; do
-  [[ $n =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, got '$n'"
+ARGS=("$@")
+((${#ARGS[@]})) || ARGS=(1 10 50 100 nodes)
+NS_LIST=() NODES=()
+for n in "${ARGS[@]}"; do
+  if [[ $n == nodes ]]; then
+    NODES=(--real-nodes --nodes-clusterctl "$CAPI_BIN_DIR/clusterctl"
+      --nodes-template "$REPO_ROOT/templates/cluster-template.yaml"
+      --nodes-kubernetes-version "v$K8S_VERSION" --nodes-image "kindest/node:v$K8S_VERSION")
+  else
+    [[ $n =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer or 'nodes', got '$n'"
+    NS_LIST+=("$n")
+  fi
 done
 SUBJECTS=${BENCH_SUBJECTS:-floor,capd-rs,upstream}
 OUT_DIR=${BENCH_OUT_DIR:-$REPO_ROOT/docs}
@@ -35,6 +45,7 @@ OWN_IMAGE=capd-rs/manager:dev
 # and their webhooks are registered with the plane.
 "$HACK_DIR/capi.sh" up >&2
 "$HACK_DIR/images.sh" >&2
+((${#NODES[@]})) && "$HACK_DIR/node-image.sh" >&2
 docker image inspect "$LB_IMAGE" >/dev/null 2>&1 || die "image $LB_IMAGE missing after hack/images.sh"
 "$HACK_DIR/build-binaries.sh" capd-upstream >&2
 UPSTREAM_CRDS=$("$HACK_DIR/build-binaries.sh" capd-upstream-crd-dir)
@@ -56,16 +67,20 @@ printf 'FROM scratch\nCOPY manager /manager\nENTRYPOINT ["/manager"]\n' >"$ctx/D
 docker build -q -t "$UPSTREAM_IMAGE" --label capd-rs.test/run=bench "$ctx" >/dev/null
 rm -rf "$ctx"
 
-log "building the manager and the bench (release)"
-(cd "$REPO_ROOT" && cargo build --release --bin manager >&2 && cargo build --release -p xtask >&2)
+# The manager measured is the binary in that image (static, release), staged by build-image.sh.
+OWN_BIN="$REPO_ROOT/.tiltbuild/bin/manager"
+[[ -x $OWN_BIN ]] || die "build-image.sh staged no $OWN_BIN"
+log "building the bench (release)"
+(cd "$REPO_ROOT" && cargo build --release -p xtask >&2)
 
 mkdir -p "$OUT_DIR" "$TARGET_DIR"
-ns_csv=$(IFS=,; echo "${NS_LIST[*]}")
+LIGHT=()
+((${#NS_LIST[@]})) && LIGHT=(--n "$(IFS=,; echo "${NS_LIST[*]}")")
 "$TARGET_DIR/release/xtask" bench \
   --kubeconfig "$KUBECONFIG_PATH" \
-  --n "$ns_csv" \
+  "${LIGHT[@]}" \
   --subjects "$SUBJECTS" \
-  --capd-rs-manager "$TARGET_DIR/release/manager" \
+  --capd-rs-manager "$OWN_BIN" \
   --upstream-manager "$CAPD_UPSTREAM_BIN_DIR/manager" \
   --upstream-version "v$CAPD_UPSTREAM_VERSION" \
   --own-crds "$REPO_ROOT/config/crd/bases" \
@@ -77,7 +92,8 @@ ns_csv=$(IFS=,; echo "${NS_LIST[*]}")
   --idle-seconds "${BENCH_IDLE:-20}" \
   --manager-image "capd-rs=$OWN_IMAGE" \
   --manager-image "upstream=$UPSTREAM_IMAGE" \
-  --command "hack/bench.sh ${NS_LIST[*]}" \
+  --command "hack/bench.sh ${ARGS[*]}" \
+  "${NODES[@]}" \
   --json "$OUT_DIR/bench.json" \
   --png "$OUT_DIR/bench.png" \
   --markdown "$TARGET_DIR/bench.md"

@@ -56,9 +56,24 @@ enum Task {
 struct BenchArgs {
     #[arg(long)]
     kubeconfig: PathBuf,
-    /// Machine counts, in the order run.
-    #[arg(long, value_delimiter = ',', default_value = "1,10,50,100")]
+    /// Machine counts of the light workload, in the order run (none given: no light workload).
+    #[arg(long, value_delimiter = ',')]
     n: Vec<usize>,
+    /// Also run the real-node workload (1 control plane + 2 workers to all Nodes Ready), with
+    /// the `--nodes-*` settings.
+    #[arg(long)]
+    real_nodes: bool,
+    /// clusterctl, to render the real-node workload from `--nodes-template`.
+    #[arg(long, requires = "real_nodes")]
+    nodes_clusterctl: Option<PathBuf>,
+    #[arg(long, requires = "real_nodes")]
+    nodes_template: Option<PathBuf>,
+    /// e.g. v1.35.4.
+    #[arg(long, requires = "real_nodes")]
+    nodes_kubernetes_version: Option<String>,
+    /// The kind-style node image of that version.
+    #[arg(long, requires = "real_nodes")]
+    nodes_image: Option<String>,
     /// Any of capd-rs, upstream, floor.
     #[arg(long, value_delimiter = ',', default_value = "floor,capd-rs,upstream")]
     subjects: Vec<String>,
@@ -123,6 +138,11 @@ fn write_bench(
     Ok(())
 }
 
+/// A setting `--real-nodes` cannot go without.
+fn need<T>(v: Option<T>, flag: &str) -> Result<T, String> {
+    v.ok_or(format!("--real-nodes needs {flag}"))
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse().task) {
         Ok(true) => ExitCode::SUCCESS,
@@ -146,6 +166,19 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                         .ok_or(format!("--manager-image {s}: want subject=image"))
                 })
                 .collect::<Result<_, _>>()?;
+            let nodes = if a.real_nodes {
+                Some(xtask::bench::nodes::NodesConfig {
+                    clusterctl: need(a.nodes_clusterctl, "--nodes-clusterctl")?,
+                    template: need(a.nodes_template, "--nodes-template")?,
+                    kubernetes_version: need(
+                        a.nodes_kubernetes_version,
+                        "--nodes-kubernetes-version",
+                    )?,
+                    image: need(a.nodes_image, "--nodes-image")?,
+                })
+            } else {
+                None
+            };
             let cfg = xtask::bench::Config {
                 kubeconfig: a.kubeconfig,
                 ns: a.n,
@@ -163,6 +196,7 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 idle: std::time::Duration::from_secs(a.idle_seconds),
                 images,
                 command: a.command,
+                nodes,
             };
             let report = tokio::runtime::Runtime::new()?
                 .block_on(xtask::bench::run(cfg))

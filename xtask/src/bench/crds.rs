@@ -38,6 +38,26 @@ pub fn load_dir(dir: &Path) -> Result<Vec<CustomResourceDefinition>> {
     Ok(out)
 }
 
+/// The contract labels upstream's release kustomization adds to its CRDs (its `config/crd/bases`
+/// lack them): CAPI core resolves an `apiGroup`-only reference, such as a Cluster's
+/// `infrastructureRef`, through them. One `cluster.x-k8s.io/<version>: <version>` per served
+/// version.
+pub fn label_contracts(crds: &mut [CustomResourceDefinition]) {
+    for crd in crds {
+        let served: Vec<String> = crd
+            .spec
+            .versions
+            .iter()
+            .filter(|v| v.served)
+            .map(|v| v.name.clone())
+            .collect();
+        let labels = crd.metadata.labels.get_or_insert_with(Default::default);
+        for v in served {
+            labels.insert(format!("cluster.x-k8s.io/{v}"), v);
+        }
+    }
+}
+
 /// Creates or replaces each CRD and waits until all are Established.
 pub async fn install(client: &Client, crds: &[CustomResourceDefinition]) -> Result<()> {
     let api = Api::<CustomResourceDefinition>::all(client.clone());

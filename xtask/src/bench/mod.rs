@@ -11,6 +11,7 @@
 pub mod crds;
 pub mod docker_count;
 pub mod floor;
+pub mod nodes;
 pub mod objects;
 pub mod process;
 pub mod report;
@@ -36,7 +37,7 @@ use kube::Client;
 use docker_count::DockerCounter;
 use objects::Workload;
 use process::{Manager, Usage};
-use report::{CAPD_RS, FLOOR, Run, UPSTREAM};
+use report::{CAPD_RS, FLOOR, NODES, Run, UPSTREAM};
 
 /// Every container and network the bench (or capd-rs for it) creates carries this label, with
 /// the run's id as the value.
@@ -67,6 +68,16 @@ pub struct Config {
     /// Manager images whose size to report, by subject.
     pub images: BTreeMap<String, String>,
     pub command: String,
+    /// The real-node workload, after the light ones (both providers; the floor has no
+    /// counterpart: it would be a hand-written kubeadm).
+    pub nodes: Option<nodes::NodesConfig>,
+}
+
+/// What one phase provisions.
+#[derive(Clone, Copy, Debug)]
+enum Load {
+    Light(usize),
+    Nodes,
 }
 
 /// Which CRDs the plane has now.
@@ -101,7 +112,9 @@ pub async fn run(cfg: Config) -> Result<report::Report> {
         DockerCounter::start(cfg.work_dir.join("docker.sock"), cfg.engine_socket.clone())?;
     let own = crds::load_dir(&cfg.own_crds)?;
     let upstream = if cfg.subjects.iter().any(|s| s == UPSTREAM) {
-        crds::load_dir(&cfg.upstream_crds)?
+        let mut crds = crds::load_dir(&cfg.upstream_crds)?;
+        crds::label_contracts(&mut crds);
+        crds
     } else {
         Vec::new()
     };
@@ -142,18 +155,23 @@ pub async fn run(cfg: Config) -> Result<report::Report> {
 
 impl Bench {
     async fn all(&mut self, report: &mut report::Report) -> Result<()> {
-        let ns = self.cfg.ns.clone();
-        for n in ns {
+        let mut loads: Vec<Load> = self.cfg.ns.iter().map(|n| Load::Light(*n)).collect();
+        if self.cfg.nodes.is_some() {
+            loads.push(Load::Nodes);
+        }
+        for load in loads {
             for subject in [FLOOR, CAPD_RS, UPSTREAM] {
-                if !self.cfg.subjects.iter().any(|s| s == subject) {
+                if !self.cfg.subjects.iter().any(|s| s == subject)
+                    || (subject == FLOOR && matches!(load, Load::Nodes))
+                {
                     continue;
                 }
-                let run = tokio::select! {
-                    r = self.one(subject, n) => r?,
-                    _ = tokio::signal::ctrl_c() => bail!("interrupted"),
-                };
+                // An interrupt ends the phase inside `one`, which still cleans up after itself.
+                let run = self.one(subject, load).await?;
+                let n = run.n;
                 say(&format!(
-                    "{subject} N={n}: all provisioned in {:.1} s (p50 {:.1}, p95 {:.1}), deleted in {:.1} s, peak RSS {} MiB, {} Docker calls",
+                    "{subject} {} N={n}: all provisioned in {:.1} s (p50 {:.1}, p95 {:.1}), deleted in {:.1} s, peak RSS {} MiB, {} Docker calls",
+                    run.workload,
                     run.provision_s,
                     run.p50_s,
                     run.p95_s,
@@ -170,20 +188,24 @@ impl Bench {
         Ok(())
     }
 
-    async fn one(&mut self, subject: &str, n: usize) -> Result<Run> {
+    async fn one(&mut self, subject: &str, load: Load) -> Result<Run> {
         let id = format!(
-            "bench-{}-n{n}-{:04}",
+            "bench-{}-{}-{:04}",
             match subject {
                 CAPD_RS => "rs",
                 UPSTREAM => "up",
                 _ => "fl",
             },
+            match load {
+                Load::Light(n) => format!("n{n}"),
+                Load::Nodes => NODES.to_string(),
+            },
             std::process::id() % 10_000
         );
-        say(&format!("=== {subject} N={n}: run {id}"));
-        let timeout = Duration::from_secs(120 + 3 * n as u64);
-        match subject {
-            FLOOR => self.floor(&id, n).await,
+        say(&format!("=== {subject} {load:?}: run {id}"));
+        match (subject, load) {
+            (FLOOR, Load::Light(n)) => self.floor(&id, n).await,
+            (FLOOR, Load::Nodes) => bail!("the floor has no real-node workload"),
             _ => {
                 self.install(if subject == UPSTREAM {
                     Installed::Upstream
@@ -197,8 +219,18 @@ impl Bench {
                     return Err(e);
                 }
                 let workload = Workload::new(self.client.clone(), &id, &self.cfg.image);
+                let phase = async {
+                    match load {
+                        Load::Light(n) => {
+                            let timeout = Duration::from_secs(120 + 3 * n as u64);
+                            self.provider(subject, n, &workload, &manager, timeout)
+                                .await
+                        }
+                        Load::Nodes => self.nodes(subject, &workload, &manager).await,
+                    }
+                };
                 let result = tokio::select! {
-                    r = self.provider(subject, n, &workload, &manager, timeout) => r,
+                    r = phase => r,
                     _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
                 };
                 if result.is_err() {
@@ -230,6 +262,7 @@ impl Bench {
             .await
             .context("DockerCluster not provisioned")?;
         let uids = w.create_machines(n).await?;
+        quiet().await;
         let before = self.reading(manager).await?;
         let cpu_before = process::host_cpu();
         let condition = if subject == UPSTREAM {
@@ -282,6 +315,52 @@ impl Bench {
         })
     }
 
+    /// The real-node phase on a running manager: apply, all Nodes Ready, delete the Cluster.
+    async fn nodes(&self, subject: &str, w: &Workload, manager: &Manager) -> Result<Run> {
+        let cfg = self.cfg.nodes.as_ref().context("no real-node settings")?;
+        let mut docs = nodes::render(cfg, &self.cfg.kubeconfig, &w.cluster)?;
+        if subject == UPSTREAM {
+            nodes::use_upstream_lb_template(&mut docs, &w.cluster);
+        }
+        quiet().await;
+        let before = self.reading(manager).await?;
+        let cpu_before = process::host_cpu();
+        let start = Instant::now();
+        nodes::apply(&self.client, &w.ns, &docs).await?;
+        let want = (nodes::CONTROL_PLANE + nodes::WORKERS) as usize;
+        let times = nodes::wait_nodes_ready(
+            &self.client,
+            &w.ns,
+            &w.cluster,
+            want,
+            start,
+            Duration::from_secs(900),
+        )
+        .await?;
+        let after = self.reading(manager).await?;
+        let host_cpu_s = cpu_delta(&cpu_before, &process::host_cpu());
+        let del_before = self.counter.snapshot();
+        let delete_s = nodes::delete_cluster(w, Duration::from_secs(300))
+            .await
+            .context("deleting the Cluster")?
+            .as_secs_f64();
+        let del_after = self.counter.snapshot();
+        let end = manager.usage();
+        let timed = Run::timed(subject, want, &times);
+        Ok(Run {
+            workload: NODES.into(),
+            delete_s,
+            peak_rss_mib: Some(end.peak_rss_mib),
+            provision_cpu_s: Some(after.usage.cpu_s - before.usage.cpu_s),
+            total_cpu_s: Some(end.cpu_s),
+            api_requests: Some(after.api_total - before.api_total),
+            docker_calls: docker_count::delta(&before.docker, &after.docker),
+            delete_docker_calls: docker_count::total(&docker_count::delta(&del_before, &del_after)),
+            host_cpu_s,
+            ..timed
+        })
+    }
+
     async fn floor(&self, id: &str, n: usize) -> Result<Run> {
         let network = id.to_string();
         self.create_network(&network, id).await?;
@@ -291,8 +370,9 @@ impl Bench {
             (LABEL_KEY, id),
             &network,
         )?;
+        quiet().await;
         let before = self.counter.snapshot();
-        let result = async {
+        let phase = async {
             let cpu_before = process::host_cpu();
             let times = floor.provision(id, n).await?;
             let host_cpu_s = cpu_delta(&cpu_before, &process::host_cpu());
@@ -308,8 +388,11 @@ impl Bench {
                 host_cpu_s,
                 ..Run::timed(FLOOR, n, &times)
             })
-        }
-        .await;
+        };
+        let result = tokio::select! {
+            r = phase => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        };
         self.remove_containers(FLOOR, id).await;
         self.remove_networks(id).await;
         result
@@ -562,6 +645,17 @@ struct Reading {
     usage: Usage,
     api_total: u64,
     docker: BTreeMap<String, u64>,
+}
+
+/// Every measured window starts on a quiet host (see [`process::settle`]).
+async fn quiet() {
+    let busy = process::settle(Duration::from_secs(30)).await;
+    if busy >= process::QUIET_BUSY {
+        say(&format!(
+            "WARNING: host still {:.0}% busy after 30 s; measuring anyway",
+            busy * 100.0
+        ));
+    }
 }
 
 fn say(msg: &str) {

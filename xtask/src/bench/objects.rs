@@ -243,7 +243,20 @@ impl Workload {
         // The provider's objects get a minute (the manager removes its containers and then
         // its finalizers); CAPI's own only a few seconds: with no workload cluster, the core
         // controllers can hold a Machine's deletion much longer, and that is not measured here.
+        // The real-node workload adds CAPI's own owners of Machines: they go first, or they
+        // would make new Machines while the old ones go (and their finalizers would hold the
+        // namespace after a failed run). The light workload has none of them.
         let apis = [
+            (self.api(CAPI, "MachineDeployment", "machinedeployments"), 10),
+            (
+                self.api(
+                    "controlplane.cluster.x-k8s.io/v1beta2",
+                    "KubeadmControlPlane",
+                    "kubeadmcontrolplanes",
+                ),
+                10,
+            ),
+            (self.api(CAPI, "MachineSet", "machinesets"), 10),
             (self.docker_machines(), 60),
             (self.docker_clusters(), 60),
             (self.machines(), 10),

@@ -259,9 +259,70 @@ pub fn free_port() -> Result<u16> {
         .port())
 }
 
+/// Waits until the previous phase's work has left the host: dirty pages written back (`sync`),
+/// then the whole machine below [`QUIET_BUSY`] for one second, for at most `limit`. Phases run
+/// one after another on one disk: the removal of a hundred `/var` volumes leaves writeback and
+/// journal work that the next phase's container creates (copying the image's `/var`, most of
+/// dockerd's CPU) otherwise pay for. Without it, dockerd's CPU for the same 50 creates ranged
+/// 12–22 s depending on which subject ran after which. Returns the busy fraction last seen.
+pub async fn settle(limit: Duration) -> f64 {
+    let _ = tokio::process::Command::new("sync").status().await;
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let before = cpu_jiffies();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let busy = busy_fraction(before, cpu_jiffies());
+        if busy < QUIET_BUSY || std::time::Instant::now() >= deadline {
+            return busy;
+        }
+    }
+}
+
+/// Host busy fraction under which [`settle`] calls the machine quiet (the plane and the CAPI
+/// managers at rest use a few percent of 2 cores).
+pub const QUIET_BUSY: f64 = 0.15;
+
+/// (busy, total) jiffies of all CPUs, from the first line of `/proc/stat`.
+fn cpu_jiffies() -> (u64, u64) {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| s.lines().next().map(parse_cpu_line))
+        .unwrap_or((0, 0))
+}
+
+/// `cpu  user nice system idle iowait irq softirq steal ...`: idle and iowait are not busy.
+fn parse_cpu_line(line: &str) -> (u64, u64) {
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (total - idle, total)
+}
+
+fn busy_fraction(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let total = after.1.saturating_sub(before.1);
+    if total == 0 {
+        return 0.0;
+    }
+    after.0.saturating_sub(before.0) as f64 / total as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_counts_everything_but_idle_and_iowait() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let a = parse_cpu_line("cpu  100 0 50 800 50 0 0 0 0 0");
+        let b = parse_cpu_line("cpu  130 0 60 950 60 0 0 0 0 0");
+        assert_eq!(a, (150, 1000));
+        assert!((busy_fraction(a, b) - 40.0 / 200.0).abs() < 1e-9);
+        assert_eq!(busy_fraction(a, a), 0.0, "no time passed");
+    }
 
     #[test]
     fn counters_sum_by_label_across_other_labels() {

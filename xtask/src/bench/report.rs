@@ -9,17 +9,33 @@ pub const CAPD_RS: &str = "capd-rs";
 pub const UPSTREAM: &str = "upstream";
 pub const FLOOR: &str = "floor";
 
+/// N light machines, bootstrapped from a prepared Secret (the default workload).
+pub const LIGHT: &str = "light";
+/// One control plane and two workers of real Kubernetes nodes, to all Nodes Ready.
+pub const NODES: &str = "nodes";
+
+fn light() -> String {
+    LIGHT.into()
+}
+
 /// One subject at one N. Times in seconds from the start of creating the DockerMachines (the
 /// floor: of its first container create).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Run {
     pub subject: String,
+    /// [`LIGHT`] or [`NODES`] (for real nodes, "bootstrapped" below reads "Node Ready", and
+    /// the DockerMachines are deleted through their Cluster).
+    #[serde(default = "light")]
+    pub workload: String,
     pub n: usize,
     /// All N bootstrapped.
     pub provision_s: f64,
     /// Per machine: when it was bootstrapped, median and 95th percentile.
     pub p50_s: f64,
     pub p95_s: f64,
+    /// The first machine done (real nodes: the control plane's Node Ready).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_s: Option<f64>,
     /// From deleting the DockerMachines (one request) to all gone (the floor: all removed).
     pub delete_s: f64,
     /// The manager's peak RSS (VmHWM) by the end of the run, MiB.
@@ -57,8 +73,10 @@ impl Run {
             .collect();
         Run {
             subject: subject.into(),
+            workload: light(),
             n,
             provision_s: secs.iter().copied().fold(0.0, f64::max),
+            first_s: secs.iter().copied().reduce(f64::min),
             p50_s: percentile(&secs, 50.0),
             p95_s: percentile(&secs, 95.0),
             ..Default::default()
@@ -112,12 +130,24 @@ impl Ratio {
 }
 
 impl Report {
+    /// The light-workload run of `subject` at `n`.
     pub fn run(&self, subject: &str, n: usize) -> Option<&Run> {
-        self.runs.iter().find(|r| r.subject == subject && r.n == n)
+        self.light().find(|r| r.subject == subject && r.n == n)
+    }
+
+    fn light(&self) -> impl Iterator<Item = &Run> {
+        self.runs.iter().filter(|r| r.workload != NODES)
+    }
+
+    /// The real-node run of `subject`.
+    pub fn nodes_run(&self, subject: &str) -> Option<&Run> {
+        self.runs
+            .iter()
+            .find(|r| r.subject == subject && r.workload == NODES)
     }
 
     fn ns(&self) -> Vec<usize> {
-        let mut ns: Vec<usize> = self.runs.iter().map(|r| r.n).collect();
+        let mut ns: Vec<usize> = self.light().map(|r| r.n).collect();
         ns.sort_unstable();
         ns.dedup();
         ns
@@ -273,6 +303,39 @@ impl Report {
                 }
             }
         }
+        let nodes: Vec<&Run> = [CAPD_RS, UPSTREAM]
+            .iter()
+            .filter_map(|s| self.nodes_run(s))
+            .collect();
+        if let (Some(ours), Some(up)) = (self.nodes_run(CAPD_RS), self.nodes_run(UPSTREAM)) {
+            // No goal: the time is the nodes' (systemd, kubeadm, the kubelet), mostly.
+            s.push_str(&format!(
+                "\nReal nodes, all Ready: capd-rs {:.2}× upstream's time.\n",
+                ours.provision_s / up.provision_s.max(f64::MIN_POSITIVE)
+            ));
+        }
+        if !nodes.is_empty() {
+            s.push_str(
+                "\nReal nodes, 1 control plane + 2 workers (`clusterctl generate cluster` from the default template):\n\n\
+                 | subject | all Nodes Ready s | first / median Node Ready s | Cluster deleted s | peak RSS MiB | CPU s (provision / total) | API requests | Docker calls |\n\
+                 |---|---:|---:|---:|---:|---:|---:|---:|\n",
+            );
+            for r in nodes {
+                s.push_str(&format!(
+                    "| {} | {:.1} | {} / {:.1} | {:.1} | {} | {} / {} | {} | {} |\n",
+                    r.subject,
+                    r.provision_s,
+                    opt(r.first_s, 1),
+                    r.p50_s,
+                    r.delete_s,
+                    opt(r.peak_rss_mib, 1),
+                    opt(r.provision_cpu_s, 2),
+                    opt(r.total_cpu_s, 2),
+                    r.api_requests.map_or("–".into(), |a| a.to_string()),
+                    r.docker_calls_total(),
+                ));
+            }
+        }
         if !self.images.is_empty() {
             s.push_str("\nManager images: ");
             let parts: Vec<String> = self
@@ -308,7 +371,7 @@ impl Report {
         let root = BitMapBackend::new(png, (900, 560)).into_drawing_area();
         root.fill(&WHITE)?;
         let max_n = self.ns().last().copied().unwrap_or(1) as f64;
-        let max_t = self.runs.iter().map(|r| r.provision_s).fold(1.0, f64::max) * 1.1;
+        let max_t = self.light().map(|r| r.provision_s).fold(1.0, f64::max) * 1.1;
         let mut chart = ChartBuilder::on(&root)
             .caption(
                 "Time from creating N DockerMachines to all bootstrapped",
@@ -326,8 +389,7 @@ impl Report {
             .draw()?;
         for (subject, color) in [(CAPD_RS, BLUE), (UPSTREAM, RED), (FLOOR, BLACK)] {
             let mut pts: Vec<(f64, f64)> = self
-                .runs
-                .iter()
+                .light()
                 .filter(|r| r.subject == subject)
                 .map(|r| (r.n as f64, r.provision_s))
                 .collect();
@@ -410,5 +472,23 @@ mod tests {
         // 12 per machine at N=50 against 10 at N=10.
         assert!((get("API requests per machine, N=50 vs N=10").value - 1.2).abs() < 1e-9);
         assert!(report.markdown().contains("| 50 | capd-rs | 12.0 |"));
+
+        // A real-node run has its own table and stays out of the light workload's figures.
+        let mut with_nodes = report.clone();
+        with_nodes.runs.push(Run {
+            workload: NODES.into(),
+            first_s: Some(30.0),
+            p50_s: 40.0,
+            ..run(CAPD_RS, 3, 48.0, Some(16.0), Some(90))
+        });
+        with_nodes.runs.push(Run {
+            workload: NODES.into(),
+            ..run(UPSTREAM, 3, 60.0, Some(70.0), Some(300))
+        });
+        assert_eq!(with_nodes.run(CAPD_RS, 3), None);
+        let md = with_nodes.markdown();
+        assert!(md.contains("| capd-rs | 48.0 | 30.0 / 40.0 |"), "{md}");
+        assert!(md.contains("capd-rs 0.80× upstream's time"), "{md}");
+        assert!(!md.contains("| 3 | capd-rs"), "not in the light table: {md}");
     }
 }

@@ -1,0 +1,401 @@
+//! The real-node workload: one control plane and two workers, from the project's default template
+//! as `clusterctl generate cluster` renders it, driven by the real CAPI core, CABPK and KCP, on
+//! the kind-style node image. Timed from the apply to each Node Ready in the workload cluster's
+//! own API (read through the kubeconfig Secret KCP writes), and from deleting the Cluster to the
+//! last DockerMachine and DockerCluster gone.
+//!
+//! Both providers get the same manifest. It carries the kubelet flags a node needs on this host
+//! (cgroup v1, swap, kind's `/kubelet` cgroup): capd-rs adds them to kubeadm's configuration by
+//! itself, upstream CAPD expects them in the template, as its own templates do.
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use kube::{
+    Api, Client,
+    api::{
+        DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+    },
+    config::{KubeConfigOptions, Kubeconfig},
+    discovery,
+};
+use serde_json::{Value, json};
+
+use super::objects::Workload;
+
+/// Control-plane and worker machines of the workload.
+pub const CONTROL_PLANE: u32 = 1;
+pub const WORKERS: u32 = 2;
+
+/// What renders the workload.
+#[derive(Clone, Debug)]
+pub struct NodesConfig {
+    pub clusterctl: PathBuf,
+    pub template: PathBuf,
+    /// `v1.35.4`.
+    pub kubernetes_version: String,
+    /// The kind-style node image (`kindest/node:v<version>`, built by `hack/node-image.sh`).
+    pub image: String,
+}
+
+/// kubelet flags every node needs here, as `kubeletExtraArgs` entries (see the module doc).
+const KUBELET_ARGS: [(&str, &str); 3] = [
+    ("fail-cgroupv1", "false"),
+    ("fail-swap-on", "false"),
+    ("cgroup-root", "/kubelet"),
+];
+
+/// The rendered manifest of one run, its objects labelled for the manager's watch filter.
+pub fn render(cfg: &NodesConfig, kubeconfig: &std::path::Path, id: &str) -> Result<Vec<Value>> {
+    let out = std::process::Command::new(&cfg.clusterctl)
+        .args(["generate", "cluster", id, "--from"])
+        .arg(&cfg.template)
+        .args(["--kubernetes-version", &cfg.kubernetes_version])
+        .args(["--control-plane-machine-count", &CONTROL_PLANE.to_string()])
+        .args(["--worker-machine-count", &WORKERS.to_string()])
+        .args(["--target-namespace", id])
+        .env("KUBECONFIG", kubeconfig)
+        .env("DOCKER_NODE_IMAGE", &cfg.image)
+        .output()
+        .with_context(|| format!("running {}", cfg.clusterctl.display()))?;
+    if !out.status.success() {
+        bail!(
+            "clusterctl generate cluster: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = String::from_utf8(out.stdout)?;
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc)?;
+        if v.is_object() {
+            docs.push(v);
+        }
+    }
+    for doc in &mut docs {
+        label_for_filter(doc, id);
+        add_kubelet_args(doc);
+        default_endpoint_port(doc);
+    }
+    Ok(docs)
+}
+
+/// An haproxy.cfg template for upstream's load balancer, in its template language (Go
+/// `text/template` over its ConfigData: the frontend and backend ports, the backend servers
+/// with address and weight). Upstream's own default asks for `maxconn 100000`, for which
+/// haproxy wants about 200k file descriptors; containers here get 20000 (the host's hard
+/// limit, which even root cannot raise without CAP_SYS_RESOURCE), so its load balancer dies on
+/// the first reload and no control plane ever answers through it. capd-rs's generated config
+/// copes (`no strict-limits`); upstream gets this through its own
+/// `customHAProxyConfigTemplateRef`, with the same listeners, checks and resolver.
+const UPSTREAM_HAPROXY_TEMPLATE: &str = r#"global
+  log stdout format raw local0
+  daemon
+  # About two descriptors per connection, within the container's 20000.
+  maxconn 8000
+
+resolvers docker
+  nameserver dns 127.0.0.11:53
+
+defaults
+  log global
+  mode tcp
+  timeout connect 5s
+  timeout client 50s
+  timeout server 50s
+  default-server init-addr none
+
+frontend control-plane
+  bind *:{{ .FrontendControlPlanePort }}
+  default_backend kube-apiservers
+
+backend kube-apiservers
+  option httpchk GET /healthz
+{{- range $name, $server := .BackendServers }}
+  server {{ $name }} {{ $server.Address }}:{{ $.BackendControlPlanePort }} weight {{ $server.Weight }} check check-ssl verify none resolvers docker resolve-prefer ipv4
+{{- end }}
+"#;
+
+/// For upstream: a ConfigMap with [`UPSTREAM_HAPROXY_TEMPLATE`] and the DockerCluster's
+/// reference to it.
+pub fn use_upstream_lb_template(docs: &mut Vec<Value>, cluster: &str) {
+    let name = format!("{cluster}-haproxy");
+    for doc in docs.iter_mut().filter(|d| d["kind"] == "DockerCluster") {
+        if let Some(lb) = ensure_object(doc, "/spec/loadBalancer") {
+            lb["customHAProxyConfigTemplateRef"] = json!({ "name": name });
+        }
+    }
+    docs.insert(
+        0,
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": cluster},
+            "data": {"value": UPSTREAM_HAPROXY_TEMPLATE}
+        }),
+    );
+}
+
+/// The DockerCluster's endpoint port, 6443, as upstream's defaulting webhook sets it (the bench
+/// does not register upstream's webhooks; capd-rs's CRD schema defaults it the same way).
+/// Without a port, CAPI never copies the endpoint and KCP never writes the kubeconfig.
+fn default_endpoint_port(doc: &mut Value) {
+    if doc["kind"] != "DockerCluster" {
+        return;
+    }
+    if let Some(endpoint) = ensure_object(doc, "/spec/controlPlaneEndpoint")
+        && endpoint.get("port").is_none()
+    {
+        endpoint["port"] = json!(6443);
+    }
+}
+
+/// The watch-filter label on the object and on every template whose copies a provider reads
+/// (DockerMachines cloned by KCP and MachineSets carry the template's and the machine
+/// template's labels).
+fn label_for_filter(doc: &mut Value, filter: &str) {
+    let label = json!({ "cluster.x-k8s.io/watch-filter": filter });
+    let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+    let mut targets = vec!["/metadata"];
+    match kind.as_str() {
+        "DockerMachineTemplate" => targets.push("/spec/template/metadata"),
+        "KubeadmControlPlane" => targets.push("/spec/machineTemplate/metadata"),
+        "MachineDeployment" => targets.push("/spec/template/metadata"),
+        _ => {}
+    }
+    for t in targets {
+        merge_labels(doc, t, &label);
+    }
+}
+
+fn merge_labels(doc: &mut Value, meta_path: &str, labels: &Value) {
+    let Some(meta) = ensure_object(doc, meta_path) else {
+        return;
+    };
+    let existing = meta
+        .as_object_mut()
+        .expect("object")
+        .entry("labels")
+        .or_insert_with(|| json!({}));
+    if let (Some(e), Some(l)) = (existing.as_object_mut(), labels.as_object()) {
+        for (k, v) in l {
+            e.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+/// The object at `path` (`/a/b`), created empty where missing.
+fn ensure_object<'a>(doc: &'a mut Value, path: &str) -> Option<&'a mut Value> {
+    let mut cur = doc;
+    for part in path.split('/').filter(|p| !p.is_empty()) {
+        cur = cur
+            .as_object_mut()?
+            .entry(part.to_string())
+            .or_insert_with(|| json!({}));
+    }
+    cur.is_object().then_some(cur)
+}
+
+/// [`KUBELET_ARGS`] into every `nodeRegistration` of the KCP and the KubeadmConfigTemplate,
+/// after the template's own (which they do not repeat).
+fn add_kubelet_args(doc: &mut Value) {
+    let paths: &[&str] = match doc["kind"].as_str() {
+        Some("KubeadmControlPlane") => &[
+            "/spec/kubeadmConfigSpec/initConfiguration/nodeRegistration",
+            "/spec/kubeadmConfigSpec/joinConfiguration/nodeRegistration",
+        ],
+        Some("KubeadmConfigTemplate") => {
+            &["/spec/template/spec/joinConfiguration/nodeRegistration"]
+        }
+        _ => &[],
+    };
+    for p in paths {
+        let Some(reg) = ensure_object(doc, p) else {
+            continue;
+        };
+        let args = reg
+            .as_object_mut()
+            .expect("object")
+            .entry("kubeletExtraArgs")
+            .or_insert_with(|| json!([]));
+        let Some(list) = args.as_array_mut() else {
+            continue;
+        };
+        for (name, value) in KUBELET_ARGS {
+            if !list.iter().any(|a| a["name"] == name) {
+                list.push(json!({"name": name, "value": value}));
+            }
+        }
+    }
+}
+
+/// Applies the manifest (server-side, one request per object, after the namespace).
+pub async fn apply(client: &Client, ns: &str, docs: &[Value]) -> Result<()> {
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await?;
+    let pp = PatchParams::apply("capd-rs-bench").force();
+    for doc in docs {
+        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
+        let types = obj.types.clone().context("apiVersion and kind")?;
+        let gvk = GroupVersionKind::try_from(&types)?;
+        let (resource, _) = discovery::pinned_kind(client, &gvk).await?;
+        let name = obj.metadata.name.clone().context("name")?;
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource)
+            .patch(&name, &pp, &Patch::Apply(&obj))
+            .await
+            .with_context(|| format!("applying {} {name}", gvk.kind))?;
+    }
+    Ok(())
+}
+
+/// Waits until `want` Nodes of the workload cluster are Ready; returns when each first was, by
+/// name, measured from `start`.
+pub async fn wait_nodes_ready(
+    client: &Client,
+    ns: &str,
+    cluster: &str,
+    want: usize,
+    start: Instant,
+    timeout: Duration,
+) -> Result<BTreeMap<String, Duration>> {
+    let deadline = start + timeout;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    let mut workload: Option<Client> = None;
+    let mut ready = BTreeMap::new();
+    let mut last_error = String::from("no kubeconfig Secret yet");
+    while Instant::now() < deadline {
+        if workload.is_none()
+            && let Some(s) = secrets.get_opt(&format!("{cluster}-kubeconfig")).await?
+        {
+            workload = Some(workload_client(&s).await?);
+        }
+        if let Some(wc) = &workload {
+            match Api::<Node>::all(wc.clone())
+                .list(&ListParams::default())
+                .await
+            {
+                Ok(nodes) => {
+                    for node in nodes.items.iter().filter(|n| node_ready(n)) {
+                        if let Some(name) = &node.metadata.name {
+                            ready.entry(name.clone()).or_insert_with(|| start.elapsed());
+                        }
+                    }
+                    if ready.len() >= want {
+                        return Ok(ready);
+                    }
+                    last_error = format!("{} of {want} Nodes Ready", ready.len());
+                }
+                // The API server behind the load balancer is not up yet.
+                Err(e) => last_error = e.to_string(),
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    bail!("Nodes not Ready after {timeout:?}: {last_error}")
+}
+
+async fn workload_client(secret: &Secret) -> Result<Client> {
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .context("kubeconfig Secret without value")?;
+    let kubeconfig = Kubeconfig::from_yaml(std::str::from_utf8(&value.0)?)?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    config.connect_timeout = Some(Duration::from_secs(3));
+    config.read_timeout = Some(Duration::from_secs(5));
+    Ok(Client::try_from(config)?)
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Deletes the Cluster (CAPI deletes the rest) and waits until no DockerMachine or
+/// DockerCluster of the run is left; the namespace goes afterwards with
+/// [`Workload::teardown`].
+pub async fn delete_cluster(w: &Workload, timeout: Duration) -> Result<Duration> {
+    let start = Instant::now();
+    w.clusters()
+        .delete(&w.cluster, &DeleteParams::background())
+        .await?;
+    let deadline = start + timeout;
+    loop {
+        let left = w
+            .docker_machines()
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len()
+            + w.docker_clusters()
+                .list_metadata(&ListParams::default())
+                .await?
+                .items
+                .len();
+        if left == 0 {
+            return Ok(start.elapsed());
+        }
+        if Instant::now() > deadline {
+            bail!("{left} DockerMachines/DockerClusters left after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_carry_the_filter_label_and_the_kubelet_flags_once() {
+        let mut dmt = json!({"kind": "DockerMachineTemplate", "metadata": {"name": "x"},
+            "spec": {"template": {"spec": {}}}});
+        label_for_filter(&mut dmt, "run1");
+        assert_eq!(
+            dmt["metadata"]["labels"]["cluster.x-k8s.io/watch-filter"],
+            "run1"
+        );
+        assert_eq!(
+            dmt["spec"]["template"]["metadata"]["labels"]["cluster.x-k8s.io/watch-filter"],
+            "run1"
+        );
+        let mut kct = json!({"kind": "KubeadmConfigTemplate", "spec": {"template": {"spec": {
+            "joinConfiguration": {"nodeRegistration": {"kubeletExtraArgs": [
+                {"name": "fail-swap-on", "value": "true"}]}}}}}});
+        add_kubelet_args(&mut kct);
+        let args = kct["spec"]["template"]["spec"]["joinConfiguration"]["nodeRegistration"]
+            ["kubeletExtraArgs"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert_eq!(args.len(), 3, "{args:?}");
+        assert_eq!(
+            args[0],
+            json!({"name": "fail-swap-on", "value": "true"}),
+            "the template's own wins"
+        );
+        assert!(args.iter().any(|a| a["name"] == "fail-cgroupv1"));
+        let mut dc = json!({"kind": "DockerCluster", "spec": {}});
+        default_endpoint_port(&mut dc);
+        assert_eq!(dc["spec"]["controlPlaneEndpoint"], json!({"port": 6443}));
+        let mut kcp = json!({"kind": "KubeadmControlPlane", "spec": {"kubeadmConfigSpec": {}}});
+        add_kubelet_args(&mut kcp);
+        assert_eq!(
+            kcp["spec"]["kubeadmConfigSpec"]["initConfiguration"]["nodeRegistration"]
+                ["kubeletExtraArgs"]
+                .as_array()
+                .unwrap()
+                .len(),
+            3
+        );
+    }
+}
