@@ -322,11 +322,12 @@ impl Bench {
         if subject == UPSTREAM {
             nodes::use_upstream_lb_template(&mut docs, &w.cluster);
         }
+        let manifest = nodes::Manifest::resolve(&self.client, &docs).await?;
         quiet().await;
         let before = self.reading(manager).await?;
         let cpu_before = process::host_cpu();
         let start = Instant::now();
-        nodes::apply(&self.client, &w.ns, &docs).await?;
+        manifest.apply(&self.client, &w.ns).await?;
         let want = (nodes::CONTROL_PLANE + nodes::WORKERS) as usize;
         let times = nodes::wait_nodes_ready(
             &self.client,

@@ -247,7 +247,10 @@ impl Workload {
         // would make new Machines while the old ones go (and their finalizers would hold the
         // namespace after a failed run). The light workload has none of them.
         let apis = [
-            (self.api(CAPI, "MachineDeployment", "machinedeployments"), 10),
+            (
+                self.api(CAPI, "MachineDeployment", "machinedeployments"),
+                10,
+            ),
             (
                 self.api(
                     "controlplane.cluster.x-k8s.io/v1beta2",

@@ -489,6 +489,9 @@ mod tests {
         let md = with_nodes.markdown();
         assert!(md.contains("| capd-rs | 48.0 | 30.0 / 40.0 |"), "{md}");
         assert!(md.contains("capd-rs 0.80× upstream's time"), "{md}");
-        assert!(!md.contains("| 3 | capd-rs"), "not in the light table: {md}");
+        assert!(
+            !md.contains("| 3 | capd-rs"),
+            "not in the light table: {md}"
+        );
     }
 }
