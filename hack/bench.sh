@@ -94,6 +94,7 @@ LIGHT=()
   --manager-image "upstream=$UPSTREAM_IMAGE" \
   --command "hack/bench.sh ${ARGS[*]}" \
   "${NODES[@]}" \
+  --after-crd-swap "$HACK_DIR/capi.sh restart" \
   --json "$OUT_DIR/bench.json" \
   --png "$OUT_DIR/bench.png" \
   --markdown "$TARGET_DIR/bench.md"

@@ -4,6 +4,8 @@
 # admission and conversion webhooks with the plane's apiserver (reference/harness.md §4.5).
 #   hack/capi.sh up       build (cached) + start the managers, wait for them, register webhooks
 #   hack/capi.sh down     delete the webhook registrations, then stop the managers
+#   hack/capi.sh restart  stop and start the managers only (their caches start afresh; the
+#                         webhook registrations stay)
 #   hack/capi.sh status
 # Feature gates: CAPI defaults plus ClusterTopology=true (ClusterClass flavors);
 # override with CAPI_FEATURE_GATES. Logs and pid files: $PLANE_DIR/capi/.
@@ -156,6 +158,11 @@ down() {
     fi
   fi
   local m name rest
+  stop_managers
+}
+
+stop_managers() {
+  local m name rest
   # In parallel: each manager takes a few seconds to drain its controllers.
   for m in "${MANAGERS[@]}"; do
     read -r name rest <<<"$m"
@@ -187,6 +194,7 @@ lock() { mkdir -p "$CAPI_DIR"; exec 9>"$CAPI_DIR/.capi.lock"; flock 9; }
 case ${1:-} in
   up) lock; up ;;
   down) lock; down ;;
+  restart) lock; stop_managers; start_managers ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|restart|status" >&2; exit 2 ;;
 esac

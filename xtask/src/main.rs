@@ -74,6 +74,9 @@ struct BenchArgs {
     /// The kind-style node image of that version.
     #[arg(long, requires = "real_nodes")]
     nodes_image: Option<String>,
+    /// Shell command run after each swap of the Docker* CRDs (CAPI's caches).
+    #[arg(long)]
+    after_crd_swap: Option<String>,
     /// Any of capd-rs, upstream, floor.
     #[arg(long, value_delimiter = ',', default_value = "floor,capd-rs,upstream")]
     subjects: Vec<String>,
@@ -197,6 +200,7 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 images,
                 command: a.command,
                 nodes,
+                after_crd_swap: a.after_crd_swap,
             };
             let report = tokio::runtime::Runtime::new()?
                 .block_on(xtask::bench::run(cfg))

@@ -71,6 +71,10 @@ pub struct Config {
     /// The real-node workload, after the light ones (both providers; the floor has no
     /// counterpart: it would be a hand-written kubeadm).
     pub nodes: Option<nodes::NodesConfig>,
+    /// A shell command run after each swap of the Docker* CRDs, e.g. restarting the CAPI
+    /// managers: KCP's cache kept answering "DockerMachineTemplate not found" for 56 s after a
+    /// swap, and held capd-rs's real-node phase back by as much.
+    pub after_crd_swap: Option<String>,
 }
 
 /// What one phase provisions.
@@ -419,6 +423,16 @@ impl Bench {
             }
         }
         self.installed = want;
+        if let Some(cmd) = &self.cfg.after_crd_swap {
+            let status = tokio::process::Command::new("sh")
+                .args(["-c", cmd])
+                .stdout(std::process::Stdio::null())
+                .status()
+                .await?;
+            if !status.success() {
+                bail!("after the CRD swap, `{cmd}` failed: {status}");
+            }
+        }
         Ok(())
     }
 
