@@ -96,15 +96,12 @@ async fn invalid_values_are_rejected_naming_the_field() {
 
 #[tokio::test]
 async fn custom_image_is_immutable() {
-    let client = common::client().await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &infra("DockerMachine"));
-    let name = format!("immutable-{}", std::process::id());
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
-        "metadata": {"name": name}, "spec": {"customImage": "kindest/node:v1.35.0"}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
+    let (api, name) = created(
+        "DockerMachine",
+        "immutable",
+        json!({"customImage": "kindest/node:v1.35.0"}),
+    )
+    .await;
     let err = api
         .patch(
             &name,
@@ -123,15 +120,7 @@ async fn custom_image_is_immutable() {
 /// Contract item 3: the contract's status fields survive a status-subresource patch (not pruned).
 #[tokio::test]
 async fn contract_status_fields_are_not_pruned() {
-    let client = common::client().await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &infra("DockerMachine"));
-    let name = format!("status-roundtrip-{}", std::process::id());
-    let obj: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
-        "metadata": {"name": name}, "spec": {}
-    }))
-    .unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
+    let (api, name) = created("DockerMachine", "status-roundtrip", json!({})).await;
     let status = json!({
         "initialization": {"provisioned": true},
         "ready": true,
@@ -158,6 +147,23 @@ async fn contract_status_fields_are_not_pruned() {
 
 fn obj(v: serde_json::Value) -> DynamicObject {
     serde_json::from_value(v).unwrap()
+}
+
+/// Creates a `kind` named `<prefix>-<pid>` in `default` with `spec`; returns its API and name.
+async fn created(
+    kind: &str,
+    prefix: &str,
+    spec: serde_json::Value,
+) -> (Api<DynamicObject>, String) {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(common::client().await, "default", &infra(kind));
+    let name = format!("{prefix}-{}", std::process::id());
+    let body = obj(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": kind,
+        "metadata": {"name": name}, "spec": spec
+    }));
+    api.create(&PostParams::default(), &body).await.unwrap();
+    (api, name)
 }
 
 /// Upstream's webhooks default these at admission; the CRD schema does here.
@@ -223,20 +229,12 @@ async fn admission_defaults_spec_endpoint_port_and_failure_domains() {
 /// `status.capacity` holds Kubernetes quantities, integers or strings (the autoscaler reads it).
 #[tokio::test]
 async fn template_capacity_holds_quantities() {
-    let client = common::client().await;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client, "default", &infra("DockerMachineTemplate"));
-    let name = format!("capacity-{}", std::process::id());
-    api.create(
-        &PostParams::default(),
-        &obj(
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
-            "kind": "DockerMachineTemplate", "metadata": {"name": name},
-            "spec": {"template": {"spec": {}}}}),
-        ),
+    let (api, name) = created(
+        "DockerMachineTemplate",
+        "capacity",
+        json!({"template": {"spec": {}}}),
     )
-    .await
-    .unwrap();
+    .await;
     let capacity = json!({"cpu": 2, "memory": "8Gi", "ephemeral-storage": "100G"});
     let patched = api
         .patch_status(
@@ -261,20 +259,12 @@ async fn template_capacity_holds_quantities() {
 /// DockerClusterTemplate: `spec.template.spec` cannot change (its metadata can).
 #[tokio::test]
 async fn cluster_template_spec_is_immutable() {
-    let client = common::client().await;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client, "default", &infra("DockerClusterTemplate"));
-    let name = format!("dct-immutable-{}", std::process::id());
-    api.create(
-        &PostParams::default(),
-        &obj(
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
-            "kind": "DockerClusterTemplate", "metadata": {"name": name},
-            "spec": {"template": {"spec": {}}}}),
-        ),
+    let (api, name) = created(
+        "DockerClusterTemplate",
+        "dct-immutable",
+        json!({"template": {"spec": {}}}),
     )
-    .await
-    .unwrap();
+    .await;
     let pp = PatchParams::default();
     let spec_change = api
         .patch(
@@ -303,20 +293,12 @@ async fn cluster_template_spec_is_immutable() {
 /// topology controller uses to compute a ClusterClass change before it makes a new template.
 #[tokio::test]
 async fn machine_template_spec_is_immutable_except_in_topology_dry_run() {
-    let client = common::client().await;
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client, "default", &infra("DockerMachineTemplate"));
-    let name = format!("dmt-immutable-{}", std::process::id());
-    api.create(
-        &PostParams::default(),
-        &obj(
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
-            "kind": "DockerMachineTemplate", "metadata": {"name": name},
-            "spec": {"template": {"spec": {"customImage": "kindest/node:v1.35.0"}}}}),
-        ),
+    let (api, name) = created(
+        "DockerMachineTemplate",
+        "dmt-immutable",
+        json!({"template": {"spec": {"customImage": "kindest/node:v1.35.0"}}}),
     )
-    .await
-    .unwrap();
+    .await;
     let new_image =
         json!({"spec": {"template": {"spec": {"customImage": "kindest/node:v1.36.0"}}}});
     let dry_run = PatchParams {
