@@ -141,9 +141,10 @@ pub fn parse_go_duration(s: &str) -> Option<Duration> {
         return Some(Duration::ZERO);
     }
     // Go's limit is about 292 years (i64 nanoseconds).
-    (total <= i64::MAX as f64 / 1e9)
-        .then(|| Duration::try_from_secs_f64(total).ok())
-        .flatten()
+    if total > i64::MAX as f64 / 1e9 {
+        return None;
+    }
+    Duration::try_from_secs_f64(total).ok()
 }
 
 impl DockerMachine {

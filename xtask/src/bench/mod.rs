@@ -324,7 +324,7 @@ impl Bench {
         let cfg = self.cfg.nodes.as_ref().context("no real-node settings")?;
         let mut docs = nodes::render(cfg, &self.cfg.kubeconfig, &w.cluster)?;
         if subject == UPSTREAM {
-            nodes::use_upstream_lb_template(&mut docs, &w.cluster);
+            nodes::use_upstream_lb_template(&mut docs, &w.ns, &w.cluster);
         }
         let manifest = nodes::Manifest::resolve(&self.client, &docs).await?;
         quiet().await;

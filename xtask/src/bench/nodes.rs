@@ -121,9 +121,9 @@ backend kube-apiservers
 {{- end }}
 "#;
 
-/// For upstream: a ConfigMap with [`UPSTREAM_HAPROXY_TEMPLATE`] and the DockerCluster's
+/// For upstream: a ConfigMap in `ns` with [`UPSTREAM_HAPROXY_TEMPLATE`] and the DockerCluster's
 /// reference to it.
-pub fn use_upstream_lb_template(docs: &mut Vec<Value>, cluster: &str) {
+pub fn use_upstream_lb_template(docs: &mut Vec<Value>, ns: &str, cluster: &str) {
     let name = format!("{cluster}-haproxy");
     for doc in docs.iter_mut().filter(|d| d["kind"] == "DockerCluster") {
         if let Some(lb) = ensure_object(doc, "/spec/loadBalancer") {
@@ -134,7 +134,7 @@ pub fn use_upstream_lb_template(docs: &mut Vec<Value>, cluster: &str) {
         0,
         json!({
             "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": cluster},
+            "metadata": {"name": name, "namespace": ns},
             "data": {"value": UPSTREAM_HAPROXY_TEMPLATE}
         }),
     );
@@ -158,46 +158,40 @@ fn default_endpoint_port(doc: &mut Value) {
 /// (DockerMachines cloned by KCP and MachineSets carry the template's and the machine
 /// template's labels).
 fn label_for_filter(doc: &mut Value, filter: &str) {
-    let label = json!({ "cluster.x-k8s.io/watch-filter": filter });
-    let kind = doc["kind"].as_str().unwrap_or_default().to_string();
     let mut targets = vec!["/metadata"];
-    match kind.as_str() {
-        "DockerMachineTemplate" => targets.push("/spec/template/metadata"),
-        "KubeadmControlPlane" => targets.push("/spec/machineTemplate/metadata"),
-        "MachineDeployment" => targets.push("/spec/template/metadata"),
+    match doc["kind"].as_str() {
+        Some("DockerMachineTemplate" | "MachineDeployment") => {
+            targets.push("/spec/template/metadata")
+        }
+        Some("KubeadmControlPlane") => targets.push("/spec/machineTemplate/metadata"),
         _ => {}
     }
     for t in targets {
-        merge_labels(doc, t, &label);
-    }
-}
-
-fn merge_labels(doc: &mut Value, meta_path: &str, labels: &Value) {
-    let Some(meta) = ensure_object(doc, meta_path) else {
-        return;
-    };
-    let existing = meta
-        .as_object_mut()
-        .expect("object")
-        .entry("labels")
-        .or_insert_with(|| json!({}));
-    if let (Some(e), Some(l)) = (existing.as_object_mut(), labels.as_object()) {
-        for (k, v) in l {
-            e.insert(k.clone(), v.clone());
+        if let Some(labels) = ensure(doc, &format!("{t}/labels"), json!({})) {
+            labels["cluster.x-k8s.io/watch-filter"] = json!(filter);
         }
     }
 }
 
 /// The object at `path` (`/a/b`), created empty where missing.
 fn ensure_object<'a>(doc: &'a mut Value, path: &str) -> Option<&'a mut Value> {
+    ensure(doc, path, json!({}))
+}
+
+/// The value at `path` (`/a/b`): missing parents are created as empty objects and a missing
+/// last part as `empty`. `None` if something of another type is in the way.
+fn ensure<'a>(doc: &'a mut Value, path: &str, empty: Value) -> Option<&'a mut Value> {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let mut cur = doc;
-    for part in path.split('/').filter(|p| !p.is_empty()) {
-        cur = cur
-            .as_object_mut()?
-            .entry(part.to_string())
-            .or_insert_with(|| json!({}));
+    for (i, part) in parts.iter().enumerate() {
+        let missing = if i + 1 == parts.len() {
+            empty.clone()
+        } else {
+            json!({})
+        };
+        cur = cur.as_object_mut()?.entry(*part).or_insert(missing);
     }
-    cur.is_object().then_some(cur)
+    (std::mem::discriminant(cur) == std::mem::discriminant(&empty)).then_some(cur)
 }
 
 /// [`KUBELET_ARGS`] into every `nodeRegistration` of the KCP and the KubeadmConfigTemplate,
@@ -214,15 +208,9 @@ fn add_kubelet_args(doc: &mut Value) {
         _ => &[],
     };
     for p in paths {
-        let Some(reg) = ensure_object(doc, p) else {
-            continue;
-        };
-        let args = reg
-            .as_object_mut()
-            .expect("object")
-            .entry("kubeletExtraArgs")
-            .or_insert_with(|| json!([]));
-        let Some(list) = args.as_array_mut() else {
+        let Some(list) =
+            ensure(doc, &format!("{p}/kubeletExtraArgs"), json!([])).and_then(Value::as_array_mut)
+        else {
             continue;
         };
         for (name, value) in KUBELET_ARGS {
