@@ -8,6 +8,7 @@
 //! - [`bootstrap`]: bootstrap data (cloud-config, ignition) turned into commands to exec.
 //! - [`controllers`]: the two reconcilers; the only code that talks to the API server.
 //! - [`telemetry`] and [`http`]: logging, metrics and the health/metrics endpoint.
+//! - [`webhook`]: the conversion webhook's TLS server (v1beta1 <-> v1beta2, [`api::conversion`]).
 //! - [`manager`]: flags, start-up order (leader election, Docker, CRDs) and shutdown.
 pub mod api;
 pub mod bootstrap;
@@ -17,3 +18,4 @@ pub mod docker;
 pub mod http;
 pub mod manager;
 pub mod telemetry;
+pub mod webhook;

@@ -3,25 +3,43 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, JSON, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
     ValidationRule,
 };
-use kube::CustomResourceExt;
+use kube::{CustomResourceExt, core::crd::merge_crds};
 use serde_json::json;
 
-use super::{DockerCluster, DockerClusterTemplate, DockerMachine, DockerMachineTemplate};
+use super::{
+    DockerCluster, DockerClusterTemplate, DockerMachine, DockerMachineTemplate, VERSION, v1beta1,
+};
 
 /// CAPI core resolves `apiGroup`-only references through this label on our CRDs.
 pub const CONTRACT_LABEL: (&str, &str) = ("cluster.x-k8s.io/v1beta2", "v1beta2");
 
-/// All our CRDs, labelled, in a stable order.
+/// All our CRDs, labelled, in a stable order: each serves v1beta1 (deprecated, converted by the
+/// manager's webhook) and v1beta2 (stored).
+///
+/// Conversion is not set here: `config/crd` adds the webhook for `clusterctl` (cert-manager
+/// injects its CA), and `hack/plane.sh` points it at a manager on the host. Without it the API
+/// server would relabel objects between versions without converting them.
 pub fn all() -> Vec<CustomResourceDefinition> {
     [
-        DockerCluster::crd(),
-        DockerClusterTemplate::crd(),
-        DockerMachine::crd(),
-        DockerMachineTemplate::crd(),
+        [DockerCluster::crd(), v1beta1::DockerCluster::crd()],
+        [
+            DockerClusterTemplate::crd(),
+            v1beta1::DockerClusterTemplate::crd(),
+        ],
+        [DockerMachine::crd(), v1beta1::DockerMachine::crd()],
+        [
+            DockerMachineTemplate::crd(),
+            v1beta1::DockerMachineTemplate::crd(),
+        ],
     ]
     .into_iter()
-    .map(|mut crd| {
+    .map(|versions| {
+        let mut crd = merge_crds(versions.into(), VERSION).expect("one kind, two versions");
         for version in &mut crd.spec.versions {
+            if version.name != VERSION {
+                // As upstream: kubectl warns whoever still writes v1beta1.
+                version.deprecated = Some(true);
+            }
             if let Some(schema) = version
                 .schema
                 .as_mut()

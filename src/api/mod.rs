@@ -1,4 +1,5 @@
-//! Our CRD types, group `infrastructure.cluster.x-k8s.io`, version `v1beta2` (the storage version).
+//! Our CRD types, group `infrastructure.cluster.x-k8s.io`, version `v1beta2` (the storage version),
+//! and the `v1beta1` shapes served beside it ([`v1beta1`], [`conversion`]).
 //!
 //! Field names, types, optionality and bounds follow upstream CAPD v1.13.5 so that manifests
 //! written for CAPD apply unchanged. Where upstream relies on admission webhooks for validation we
@@ -6,10 +7,12 @@
 //! [`docker_machine`].
 pub mod common;
 pub mod conditions;
+pub mod conversion;
 pub mod crds;
 pub mod docker_cluster;
 pub mod docker_machine;
 pub mod templates;
+pub mod v1beta1;
 
 pub use common::*;
 pub use docker_cluster::*;

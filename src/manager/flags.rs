@@ -46,6 +46,20 @@ pub struct Flags {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "CAPD_HEALTH_ADDR", default_value = "0.0.0.0:9440")]
     pub health_addr: String,
+    /// Port of the conversion webhook (HTTPS, `/convert`).
+    #[arg(long, env = "CAPD_WEBHOOK_PORT", default_value_t = 9443)]
+    pub webhook_port: u16,
+    /// Address the conversion webhook listens on.
+    #[arg(long, env = "CAPD_WEBHOOK_HOST", default_value = "0.0.0.0")]
+    pub webhook_host: String,
+    /// Directory with the webhook's tls.crt and tls.key (a cert-manager Secret mounted there);
+    /// without them the manager runs with conversion off.
+    #[arg(
+        long,
+        env = "CAPD_WEBHOOK_CERT_DIR",
+        default_value = "/tmp/k8s-webhook-server/serving-certs"
+    )]
+    pub webhook_cert_dir: std::path::PathBuf,
     /// Run only while holding a Lease (for more than one replica).
     #[arg(long, env = "CAPD_LEADER_ELECT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: bool,
@@ -211,6 +225,11 @@ impl Flags {
                 .map(Into::into),
             allow_plain_tcp: self.docker_allow_plain_tcp,
         }
+    }
+
+    /// `host:port` of the conversion webhook.
+    pub fn webhook_addr(&self) -> String {
+        format!("{}:{}", self.webhook_host, self.webhook_port)
     }
 
     pub fn scope(&self) -> Scope {

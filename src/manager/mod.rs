@@ -30,6 +30,7 @@ use crate::{
     },
     http::{self, HttpState},
     telemetry::Metrics,
+    webhook,
 };
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -53,6 +54,8 @@ pub enum ManagerError {
     },
     #[error("Docker Engine: {0}")]
     Docker(String),
+    #[error("conversion webhook: {0}")]
+    Webhook(#[from] crate::webhook::WebhookError),
     #[error("health/metrics server on {addr}: {source}")]
     Http {
         addr: String,
@@ -91,6 +94,9 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
         })?;
     info!(addr = %flags.health_addr, "serving /healthz, /readyz and /metrics");
     let http_task = tokio::spawn(http::serve_on(listener, state, stop.clone()));
+    // Conversion needs neither the engine nor leadership: serve it before waiting on either.
+    let webhook_task =
+        webhook::start(&flags.webhook_addr(), &flags.webhook_cert_dir, stop.clone()).await?;
 
     let runtime = connect_docker(&engine, &shutdown).await?;
     let Some(runtime) = runtime else {
@@ -164,6 +170,9 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     info!("controllers stopped");
     shutdown.cancel();
     let _ = http_task.await;
+    if let Some(task) = webhook_task {
+        let _ = task.await;
+    }
     Ok(())
 }
 

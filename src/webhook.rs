@@ -1,0 +1,359 @@
+//! The conversion webhook: `POST /convert` over TLS, as the API server calls it for objects
+//! read or written as `v1beta1`. Conversion itself is [`crate::api::conversion`]; this file is
+//! the server: certificates (reloaded when cert-manager rotates them), TLS, the review.
+//!
+//! Every replica serves it, leader or not: the API server calls whichever Pod the Service picks.
+use std::{
+    future::Future,
+    io,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{Arc, RwLock},
+    time::{Duration, SystemTime},
+};
+
+use axum::{Json, Router, extract::DefaultBodyLimit, routing::post};
+use kube::core::{
+    Status,
+    conversion::{ConversionRequest, ConversionResponse, ConversionReview},
+};
+use rustls::{
+    ServerConfig,
+    crypto::CryptoProvider,
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+    server::{ClientHello, ResolvesServerCert},
+    sign::CertifiedKey,
+};
+use tokio::{net::TcpListener, sync::mpsc};
+use tokio_rustls::{TlsAcceptor, server::TlsStream};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::api::conversion;
+
+/// File names in the certificate directory: those of a cert-manager (kubernetes.io/tls) Secret.
+pub const CERT_FILE: &str = "tls.crt";
+pub const KEY_FILE: &str = "tls.key";
+/// How often the files are checked for a rotated certificate.
+const RELOAD_EVERY: Duration = Duration::from_secs(10);
+/// A client that has not finished its TLS handshake by then is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A ConversionReview holds a whole page of a list; the API server's own limit per object is
+/// 3 MiB.
+const MAX_BODY: usize = 64 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{path}: {what}")]
+    Pem { path: PathBuf, what: String },
+    #[error("serving certificate: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: io::Error },
+}
+
+/// Serve the webhook on `addr` with the certificate in `cert_dir`, until `shutdown` resolves.
+/// `Ok(None)` when the directory holds no certificate: conversion is then off (logged), and the
+/// manager runs on: it only ever reads and writes v1beta2.
+pub async fn start(
+    addr: &str,
+    cert_dir: &Path,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Option<tokio::task::JoinHandle<io::Result<()>>>, WebhookError> {
+    let files = CertFiles::new(cert_dir);
+    if !files.cert.exists() && !files.key.exists() {
+        info!(
+            cert_dir = %cert_dir.display(),
+            "conversion webhook off: no {CERT_FILE}/{KEY_FILE}; v1beta1 requests fail until a certificate is mounted and the manager restarted"
+        );
+        return Ok(None);
+    }
+    let resolver = Arc::new(Reloading {
+        current: RwLock::new(Arc::new(files.load()?)),
+    });
+    tokio::spawn(reload(files, resolver.clone()));
+    let mut tls = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = TcpListener::bind(addr)
+        .await
+        .map_err(|source| WebhookError::Bind {
+            addr: addr.into(),
+            source,
+        })?;
+    info!(%addr, cert_dir = %cert_dir.display(), "serving the conversion webhook (/convert)");
+    let listener = TlsListener::spawn(tcp, TlsAcceptor::from(Arc::new(tls)));
+    Ok(Some(tokio::spawn(
+        axum::serve(listener, router())
+            .with_graceful_shutdown(shutdown)
+            .into_future(),
+    )))
+}
+
+pub fn router() -> Router {
+    Router::new()
+        .route("/convert", post(convert))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+}
+
+/// Answer one ConversionReview: all objects converted, or the first error for all of them
+/// (the API server accepts nothing partial).
+pub fn review(review: ConversionReview) -> ConversionReview {
+    let request = match ConversionRequest::from_review(review) {
+        Ok(r) => r,
+        Err(_) => {
+            return ConversionResponse::invalid(Status::failure(
+                "ConversionReview without a request",
+                "BadRequest",
+            ))
+            .into_review();
+        }
+    };
+    let desired = request.desired_api_version.clone();
+    let converted: Result<Vec<_>, _> = request
+        .objects
+        .iter()
+        .cloned()
+        .map(|o| conversion::convert(o, &desired))
+        .collect();
+    let response = ConversionResponse::for_request(request);
+    match converted {
+        Ok(objects) => {
+            debug!(to = %desired, objects = objects.len(), "converted");
+            response.success(objects)
+        }
+        Err(e) => {
+            warn!(to = %desired, error = %e, "conversion failed");
+            response.failure(Status::failure(&e.to_string(), "ConversionFailed"))
+        }
+    }
+    .into_review()
+}
+
+async fn convert(Json(body): Json<ConversionReview>) -> Json<ConversionReview> {
+    let span = info_span!(
+        "convert",
+        uid = body.request.as_ref().map(|r| r.uid.as_str()).unwrap_or("")
+    );
+    // Conversion is pure CPU over at most MAX_BODY: off the async workers.
+    let reviewed = tokio::task::spawn_blocking(move || span.in_scope(|| review(body)))
+        .instrument(info_span!("convert_wait"))
+        .await
+        .unwrap_or_else(|e| {
+            ConversionResponse::invalid(Status::failure(&e.to_string(), "InternalError"))
+                .into_review()
+        });
+    Json(reviewed)
+}
+
+/// One crypto provider for the whole process: bollard's TLS may have enabled another one, and
+/// rustls refuses to guess.
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+struct CertFiles {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl CertFiles {
+    fn new(dir: &Path) -> Self {
+        Self {
+            cert: dir.join(CERT_FILE),
+            key: dir.join(KEY_FILE),
+        }
+    }
+
+    fn read(path: &Path) -> Result<Vec<u8>, WebhookError> {
+        std::fs::read(path).map_err(|source| WebhookError::Read {
+            path: path.into(),
+            source,
+        })
+    }
+
+    fn load(&self) -> Result<CertifiedKey, WebhookError> {
+        let pem = |path: &Path, what: String| WebhookError::Pem {
+            path: path.into(),
+            what,
+        };
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(&Self::read(&self.cert)?)
+                .collect::<Result<_, _>>()
+                .map_err(|e| pem(&self.cert, e.to_string()))?;
+        if chain.is_empty() {
+            return Err(pem(&self.cert, "no certificate in the file".into()));
+        }
+        let key = PrivateKeyDer::from_pem_slice(&Self::read(&self.key)?)
+            .map_err(|e| pem(&self.key, e.to_string()))?;
+        Ok(CertifiedKey::from_der(chain, key, &provider())?)
+    }
+
+    /// When either file last changed (a Secret volume swaps both through one symlink).
+    fn changed_at(&self) -> Option<SystemTime> {
+        let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        mtime(&self.cert).max(mtime(&self.key))
+    }
+}
+
+/// The certificate presented to every client: the last one that loaded.
+#[derive(Debug)]
+struct Reloading {
+    current: RwLock<Arc<CertifiedKey>>,
+}
+
+impl ResolvesServerCert for Reloading {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current.read().ok().map(|c| c.clone())
+    }
+}
+
+/// Pick up a rotated certificate. A half-written pair fails to load and is retried at the next
+/// tick; the old certificate stays in use meanwhile.
+async fn reload(files: CertFiles, to: Arc<Reloading>) {
+    let mut seen = files.changed_at();
+    let mut tick = tokio::time::interval(RELOAD_EVERY);
+    loop {
+        tick.tick().await;
+        let now = files.changed_at();
+        if now == seen {
+            continue;
+        }
+        match files.load() {
+            Ok(key) => {
+                if let Ok(mut current) = to.current.write() {
+                    *current = Arc::new(key);
+                }
+                seen = now;
+                info!(cert = %files.cert.display(), "conversion webhook certificate reloaded");
+            }
+            Err(e) => {
+                warn!(error = %e, "rotated webhook certificate not loaded yet; keeping the old one")
+            }
+        }
+    }
+}
+
+/// TLS connections, handshaken concurrently (a slow or idle client delays no one) and handed to
+/// axum as they complete.
+struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<tokio::net::TcpStream>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    fn spawn(tcp: TcpListener, acceptor: TlsAcceptor) -> Self {
+        let local = tcp
+            .local_addr()
+            .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
+        let (tx, ready) = mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match tcp.accept().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of file descriptors and the like: pause rather than spin.
+                        warn!(error = %e, "webhook accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, handed) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = handed.send((tls, peer)).await;
+                        }
+                        Ok(Err(e)) => debug!(%peer, error = %e, "webhook TLS handshake failed"),
+                        Err(_) => debug!(%peer, "webhook TLS handshake timed out"),
+                    }
+                });
+                if tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        Self { ready, local }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(c) => c,
+            // The accept loop only ends once this listener is gone.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn review_of(objects: Vec<serde_json::Value>, to: &str) -> ConversionReview {
+        serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "r-1", "desiredAPIVersion": to, "objects": objects}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn converts_every_object_and_echoes_the_uid() {
+        let dm = |n: &str| {
+            json!({"apiVersion": conversion::V1BETA1, "kind": "DockerMachine",
+                                  "metadata": {"name": n}, "spec": {"customImage": "kindest/node:v1.35.4"}})
+        };
+        let out = review(review_of(vec![dm("a"), dm("b")], conversion::V1BETA2));
+        let response = out.response.unwrap();
+        assert_eq!(response.uid, "r-1");
+        assert!(response.result.is_success());
+        let names: Vec<_> = response
+            .converted_objects
+            .iter()
+            .map(|o| (o["apiVersion"].clone(), o["metadata"]["name"].clone()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (json!(conversion::V1BETA2), json!("a")),
+                (json!(conversion::V1BETA2), json!("b"))
+            ]
+        );
+    }
+
+    #[test]
+    fn one_bad_object_fails_the_review_with_its_reason() {
+        let bad = json!({"apiVersion": conversion::V1BETA1, "kind": "DockerMachine",
+                         "metadata": {"name": "m1"}, "spec": {"extraMounts": 3}});
+        let response = review(review_of(vec![bad], conversion::V1BETA2))
+            .response
+            .unwrap();
+        assert!(response.result.is_failure());
+        assert!(response.result.message.contains("DockerMachine m1"));
+        assert!(response.converted_objects.is_empty());
+    }
+
+    #[test]
+    fn a_missing_certificate_is_a_clear_error() {
+        let dir = std::env::temp_dir().join(format!("capd-webhook-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(CERT_FILE), "not a pem").unwrap();
+        let err = CertFiles::new(&dir).load().unwrap_err().to_string();
+        assert!(err.contains("tls.crt"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
