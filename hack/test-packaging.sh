@@ -9,17 +9,23 @@
 #   render       hack/release.sh lays out a local clusterctl repository from config/default
 #   components   one Namespace (capd-system, PSA privileged); every object labelled
 #                cluster.x-k8s.io/provider=infrastructure-docker; namespaced objects in it; only
-#                the expected kinds (no webhooks, no cert-manager); the four CRDs carry the
+#                the expected kinds (no admission webhooks); the four CRDs carry the
 #                cluster.x-k8s.io/v1beta2 label naming served versions; the Deployment's
-#                container is `manager` running /manager with the Docker socket mounted
+#                container is `manager` running /manager with the Docker socket mounted; each
+#                CRD's conversion webhook is the Service of the components, on the manager's
+#                webhook port, with its CA injected from the Certificate whose Secret the
+#                manager mounts
 #   variables    every ${VAR} of the components and every variable `clusterctl generate cluster
 #                --list-variables` prints (each flavor) is documented in docs/variables.md,
 #                and every documented variable is used
 #   clusterctl   `clusterctl generate provider` (what `clusterctl init` fetches and processes)
-#                resolves our provider, and the CAPI ones, from the local repository only
+#                resolves our provider, and the CAPI ones, from the local repository only;
+#                --target-namespace moves the conversion Service reference, the CA injection and
+#                the certificate's DNS names with it
 #   crds         the plane has the CAPI CRDs and ours (ours are created from config/crd/bases if
 #                absent: the API server must accept them, CEL cost limits included)
-#   dry-run      `kubectl apply --dry-run=server` of the processed components; each flavor
+#   dry-run      `kubectl apply --dry-run=server` of the processed components (but the
+#                cert-manager objects: the plane has no cert-manager); each flavor
 #                rendered by `clusterctl generate cluster` dry-run applied too, with and
 #                without DOCKER_NODE_IMAGE
 #   topology     the development flavor's ClusterClass (renamed for the run) is created and
@@ -195,7 +201,7 @@ check_components() {
   # only the expected kinds; namespaced ones in capd-system, cluster-scoped ones without namespace
   bad=$(awk -F'|' '
     $1 ~ /^(Namespace|CustomResourceDefinition|ClusterRole|ClusterRoleBinding|ValidatingAdmissionPolicy|ValidatingAdmissionPolicyBinding)$/ { if ($3 != "") print $1"/"$2" has a namespace"; next }
-    $1 ~ /^(ServiceAccount|Role|RoleBinding|Deployment)$/ { if ($3 != "capd-system") print $1"/"$2" is not in capd-system"; next }
+    $1 ~ /^(ServiceAccount|Role|RoleBinding|Deployment|Service|Certificate|Issuer)$/ { if ($3 != "capd-system") print $1"/"$2" is not in capd-system"; next }
     { print "unexpected kind " $1"/"$2 }' <<<"$list")
   [[ -z "$bad" ]] || fail "$(echo $bad)"
   # the four CRDs, each labelled with the v1beta2 contract and serving what the label names
@@ -219,6 +225,19 @@ check_components() {
   grep -q '|manager>/manager>' <<<"$dep" || fail "the Deployment has no container named manager running /manager: $dep"
   grep -q '/var/run/docker.sock;' <<<"$dep" || fail "the Deployment does not mount /var/run/docker.sock"
   grep -q -- '--leader-elect' <<<"$dep" || fail "the manager is not started with --leader-elect"
+  # conversion: every CRD calls the one Service, which reaches the manager's webhook port, with
+  # the CA of the Certificate whose Secret the manager mounts
+  local hooks
+  hooks=$(objects "$COMP" '{{.kind}}|{{with .spec.conversion}}{{.strategy}}|{{with .webhook.clientConfig.service}}{{.namespace}}/{{.name}}{{.path}}{{end}}{{end}}|{{with .metadata.annotations}}{{index . "cert-manager.io/inject-ca-from"}}{{end}}{{"\n"}}' | grep '^CustomResourceDefinition|' | sort -u)
+  [[ $(wc -l <<<"$hooks") -eq 1 && $hooks == "CustomResourceDefinition|Webhook|capd-system/capd-webhook-service/convert|capd-system/capd-serving-cert" ]] \
+    || fail "the CRDs must all convert through capd-system/capd-webhook-service/convert with the CA of capd-serving-cert: $hooks"
+  local wiring
+  wiring=$(objects "$COMP" '{{.kind}}|{{.metadata.name}}|{{if eq .kind "Service"}}{{range .spec.ports}}{{.port}}>{{.targetPort}}{{end}}{{end}}{{if eq .kind "Certificate"}}{{.spec.secretName}}{{end}}{{if eq .kind "Deployment"}}{{range .spec.template.spec.containers}}{{range .ports}}{{.name}}={{.containerPort}};{{end}}{{end}}{{range .spec.template.spec.volumes}}{{with .secret}}{{.secretName}};{{end}}{{end}}{{end}}{{"\n"}}' | grep -E '^(Service|Certificate|Deployment)\|')
+  grep -qx 'Service|capd-webhook-service|443>webhook-server' <<<"$wiring" || fail "no Service capd-webhook-service 443 -> webhook-server: $wiring"
+  grep -qx 'Certificate|capd-serving-cert|capd-webhook-service-cert' <<<"$wiring" || fail "no Certificate capd-serving-cert writing capd-webhook-service-cert: $wiring"
+  grep -q '^Deployment|.*webhook-server=9443;.*capd-webhook-service-cert;' <<<"$wiring" \
+    || fail "the Deployment must expose webhook-server 9443 and mount capd-webhook-service-cert: $wiring"
+  grep -q -- '--webhook-cert-dir=' <<<"$dep" || fail "the manager is not told where the webhook certificate is"
   # the bindings name the ServiceAccount the Deployment uses
   local sa subjects
   sa=$(objects "$COMP" '{{.kind}}|{{with .spec}}{{with .template}}{{.spec.serviceAccountName}}{{end}}{{end}}{{"\n"}}' | sed -n 's/^Deployment|//p' || true)
@@ -245,6 +264,11 @@ check_clusterctl_provider() {
   grep -q "^Namespace|$TEST_NS|" <<<"$nsl" || fail "--target-namespace did not rename the Namespace"
   ! awk -F'|' -v ns="$TEST_NS" '$1 ~ /^(ServiceAccount|Role|RoleBinding|Deployment)$/ && $3 != ns' <<<"$nsl" | grep . \
     || fail "--target-namespace left objects in another namespace"
+  local moved
+  moved=$(objects "$out" '{{with .spec.conversion}}{{with .webhook.clientConfig.service}}{{.namespace}}{{"\n"}}{{end}}{{end}}{{with .metadata.annotations}}{{with index . "cert-manager.io/inject-ca-from"}}{{.}}{{"\n"}}{{end}}{{end}}{{with .spec.dnsNames}}{{range .}}{{.}}{{"\n"}}{{end}}{{end}}' | sort -u)
+  ! grep -q capd-system <<<"$moved" || fail "--target-namespace left capd-system in the conversion wiring: $(echo $moved)"
+  grep -q "^$TEST_NS/capd-serving-cert$" <<<"$moved" && grep -q "^capd-webhook-service\.$TEST_NS\.svc$" <<<"$moved" \
+    || fail "--target-namespace did not move the CA injection and the certificate's DNS names: $(echo $moved)"
   "$CLUSTERCTL" generate provider --config "$CONFIG" --infrastructure "docker:$VERSION" --describe | sed 's/^/    /'
   # What `clusterctl init` would fetch for the other default providers, if provided locally.
   if grep -q 'type: CoreProvider' "$CONFIG"; then
@@ -286,10 +310,22 @@ plane_up() { "$KUBECTL" --request-timeout=5s get --raw /readyz >/dev/null 2>&1; 
 
 check_dry_run_components() {
   [[ -s "$WORK/components-processed.yaml" ]] || fail "no processed components (the clusterctl check failed)"
-  # Server-side apply, as the CRDs may already be on the plane under another field manager
-  # (and are too large for client-side apply's last-applied annotation).
-  "$KUBECTL" apply --server-side --force-conflicts --field-manager=capd-rs-packaging --dry-run=server \
-    -f "$WORK/components-processed.yaml" | sed 's/^/    /' \
+  # Server-side apply: the CRDs are too large for client-side apply's last-applied annotation.
+  # Without the cert-manager objects: the plane has no cert-manager (its CRDs are unknown there).
+  "$KUBECTL" annotate --local -f "$WORK/components-processed.yaml" capd-rs.test/unused- -o json \
+    | python3 -c '
+import json, sys
+text, dec, at, keep = sys.stdin.read(), json.JSONDecoder(), 0, []
+while text[at:].strip():
+    obj, end = dec.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+    at = end
+    keep += [o for o in obj.get("items", [obj]) if not o["apiVersion"].startswith("cert-manager.io/")]
+json.dump({"apiVersion": "v1", "kind": "List", "items": keep}, sys.stdout)' \
+    > "$WORK/components-dry-run.json"
+  # As the plane's own field manager: its CRDs convert through a URL, and a second manager's
+  # service reference would be merged beside it (the API server wants exactly one of them).
+  "$KUBECTL" apply --server-side --force-conflicts --field-manager=capd-rs-plane --dry-run=server \
+    -f "$WORK/components-dry-run.json" | sed 's/^/    /' \
     || fail "kubectl apply --dry-run=server rejected the components"
 }
 
