@@ -41,6 +41,8 @@ ETCD_PORT=${ETCD_PORT:-23790}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-23800}
 APISERVER_PORT=${APISERVER_PORT:-16443}
 KCM_PORT=${KCM_PORT:-10257}
+# Our manager's conversion webhook on the plane (127.0.0.1; 9443-9445 are the CAPI managers').
+CAPD_WEBHOOK_PORT=${CAPD_WEBHOOK_PORT:-9446}
 
 # Every Docker object the scripts create carries this label so cleanup is by label only.
 PLANE_LABEL="capd-rs.test/run=plane"

@@ -176,11 +176,14 @@ start_kcm() {
 
 # Prints, as one YAML stream, every CRD the plane installs: CAPI core, CABPK and KCP from the
 # sigs.k8s.io/cluster-api module (the CABPK/KCP bases lack the contract labels that CAPI's release
-# kustomization adds, and without them the core manager cannot resolve their refs), then ours.
+# kustomization adds, and without them the core manager cannot resolve their refs), then ours,
+# converted by a manager on this host (`--webhook-cert-dir $PKI_DIR/webhook --webhook-port
+# $CAPD_WEBHOOK_PORT`): what config/crd's cert-manager patches do in a real install.
 crd_stream() {
   local mod=$1 py
   py=$(python_yaml)
-  "$py" - "$mod" "$REPO_ROOT/config/crd/bases" <<'PY'
+  "$py" - "$mod" "$REPO_ROOT/config/crd/bases" "https://127.0.0.1:$CAPD_WEBHOOK_PORT/convert" \
+    "$(base64 -w0 "$PKI_DIR/ca.crt")" <<'PY'
 import glob, os, sys, yaml
 Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster on these big files
 Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -200,8 +203,14 @@ for sub, add_labels in sources:
             if add_labels:
                 d.setdefault("metadata", {}).setdefault("labels", {}).update(labelled)
             docs.append(d)
+convert_url, ca_bundle = sys.argv[3], sys.argv[4]
 for f in sorted(glob.glob(os.path.join(ours, "*.yaml")) + glob.glob(os.path.join(ours, "*.yml"))):
-    docs.extend(d for d in yaml.load_all(open(f), Loader=Loader) if d and d.get("kind") == "CustomResourceDefinition")
+    for d in yaml.load_all(open(f), Loader=Loader):
+        if d and d.get("kind") == "CustomResourceDefinition":
+            d["spec"]["conversion"] = {"strategy": "Webhook", "webhook": {
+                "conversionReviewVersions": ["v1"],
+                "clientConfig": {"url": convert_url, "caBundle": ca_bundle}}}
+            docs.append(d)
 yaml.dump_all(docs, sys.stdout, Dumper=Dumper, sort_keys=False)
 PY
 }
@@ -213,7 +222,8 @@ install_crds() {
   # Skip the work when no input changed since the last successful apply (keeps `up` quick:
   # parsing the big CAPI CRDs alone takes seconds). Inputs: the (immutable) module version, our
   # CRD files and this function's recipe.
-  sum=$( { echo "$mod"; declare -f crd_stream install_crds; cat "$REPO_ROOT"/config/crd/bases/*.y*ml \
+  sum=$( { echo "$mod $CAPD_WEBHOOK_PORT"; declare -f crd_stream install_crds; cat "$PKI_DIR/ca.crt" \
+    "$REPO_ROOT"/config/crd/bases/*.y*ml \
     "$REPO_ROOT"/config/admission/*.y*ml 2>/dev/null || true; } | sha256sum | cut -c1-64)
   if [[ -f $CRD_STAMP && $(<"$CRD_STAMP") == "$sum" ]] &&
      kubectl_plane get crd clusters.cluster.x-k8s.io >/dev/null 2>&1; then
