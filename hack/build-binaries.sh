@@ -156,18 +156,35 @@ build_capi() {
     log "CAPI v$CAPI_VERSION managers and clusterctl cached"; return
   fi
   log "building CAPI v$CAPI_VERSION core/kubeadm-bootstrap/kubeadm-control-plane managers and clusterctl (cold: ~10 min)"
-  local dir="$WORK/capi-$CAPI_VERSION"
+  local dir="$WORK/capi-$CAPI_VERSION" core capi_mod
+  core=$(capi_core_pkg)
+  capi_mod=$(capi_module_dir)
+  [[ -f $capi_mod/go.mod ]] || die "could not download sigs.k8s.io/cluster-api@v$CAPI_VERSION"
   mkdir -p "$dir" "$out"
   (
     cd "$dir"
-    printf 'module capd-rs.local/capibins\n\ngo 1.25.0\n\nrequire sigs.k8s.io/cluster-api v%s\n' "$CAPI_VERSION" > go.mod
-    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "sigs.k8s.io/cluster-api"\n\t_ "sigs.k8s.io/cluster-api/bootstrap/kubeadm"\n\t_ "sigs.k8s.io/cluster-api/controlplane/kubeadm"\n\t_ "sigs.k8s.io/cluster-api/cmd/clusterctl"\n)\n' > tools.go
+    # CAPI's go.mod replaces its sibling modules with local folders (v1.14+: sigs.k8s.io/cluster-api/api
+    # => ./api, required at a zero pseudo-version), which a dependant ignores: require the same
+    # release of each instead. The go line is CAPI's own (v1.14 needs go 1.26).
+    {
+      printf 'module capd-rs.local/capibins\n\n'
+      grep -E '^go ' "$capi_mod/go.mod"
+      printf '\nrequire (\n\tsigs.k8s.io/cluster-api v%s\n' "$CAPI_VERSION"
+      awk -v v="v$CAPI_VERSION" '$1 == "replace" { sub(/^replace[ \t]+/, "") }
+        $2 == "=>" && $3 ~ /^\.\// { printf "\t%s %s\n", $1, v }' "$capi_mod/go.mod"
+      printf ')\n'
+    } > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "%s"\n\t_ "sigs.k8s.io/cluster-api/bootstrap/kubeadm"\n\t_ "sigs.k8s.io/cluster-api/controlplane/kubeadm"\n\t_ "sigs.k8s.io/cluster-api/cmd/clusterctl"\n)\n' "$core" > tools.go
     go mod tidy
     local ldf="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=v$CAPI_VERSION -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=${CAPI_VERSION#1.}"
     ldf="${ldf%.*}"  # gitMinor: keep the minor only
-    CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$out/capi-manager" sigs.k8s.io/cluster-api
-    CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$out/cabpk-manager" sigs.k8s.io/cluster-api/bootstrap/kubeadm
-    CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$out/kcp-manager" sigs.k8s.io/cluster-api/controlplane/kubeadm
+    # The managers as upstream's images build them (its Dockerfile): fieldsv1string makes
+    # apimachinery v0.36+ intern managedFields (less memory; same API), a no-op before CAPI v1.14.
+    # clusterctl as its release binary: without the tag.
+    local mgr=(go build -trimpath -tags=fieldsv1string -ldflags "$ldf")
+    CGO_ENABLED=0 "${mgr[@]}" -o "$out/capi-manager" "$core"
+    CGO_ENABLED=0 "${mgr[@]}" -o "$out/cabpk-manager" sigs.k8s.io/cluster-api/bootstrap/kubeadm
+    CGO_ENABLED=0 "${mgr[@]}" -o "$out/kcp-manager" sigs.k8s.io/cluster-api/controlplane/kubeadm
     CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$out/clusterctl" sigs.k8s.io/cluster-api/cmd/clusterctl
   )
   log "built CAPI binaries in $out"

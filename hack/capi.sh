@@ -24,8 +24,9 @@ APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
 CAPI_WEBHOOK_PORT=${CAPI_WEBHOOK_PORT:-9443}
 CAPI_HEALTH_PORT=${CAPI_HEALTH_PORT:-9440}
 # name | binary | webhook port | health port | manifests dir inside the cluster-api module
+# (core's moved from the module root to core/ in v1.14: capi_core_dir)
 MANAGERS=(
-  "capi  capi-manager  $CAPI_WEBHOOK_PORT       $CAPI_HEALTH_PORT       ."
+  "capi  capi-manager  $CAPI_WEBHOOK_PORT       $CAPI_HEALTH_PORT       $(capi_core_dir)"
   "cabpk cabpk-manager $((CAPI_WEBHOOK_PORT+1)) $((CAPI_HEALTH_PORT+1)) bootstrap/kubeadm"
   "kcp   kcp-manager   $((CAPI_WEBHOOK_PORT+2)) $((CAPI_HEALTH_PORT+2)) controlplane/kubeadm"
 )

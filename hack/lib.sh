@@ -73,6 +73,22 @@ ETCD_BIN_DIR="$BIN_DIR/etcd-v$ETCD_VERSION"
 CAPI_BIN_DIR="$BIN_DIR/capi-v$CAPI_VERSION"
 CAPD_UPSTREAM_BIN_DIR="$BIN_DIR/capd-upstream-v$CAPD_UPSTREAM_VERSION"
 KUBECTL="$K8S_BIN_DIR/kubectl"
+
+# capi_core_dir [version]: the folder of the core provider inside the sigs.k8s.io/cluster-api
+# module, i.e. of its main package and its config/ (crd, rbac, webhook, default). CAPI v1.14 moved
+# both from the module root to core/; CABPK and KCP stay in bootstrap/kubeadm, controlplane/kubeadm.
+capi_core_dir() {
+  local v=${1:-$CAPI_VERSION} minor
+  v=${v#v}; minor=${v#*.}; minor=${minor%%.*}
+  if [[ ${v%%.*} == 1 ]] && ((minor < 14)); then echo .; else echo core; fi
+}
+# capi_core_pkg [version]: the Go package of the core manager.
+capi_core_pkg() {
+  local dir
+  dir=$(capi_core_dir "$@")
+  if [[ $dir == . ]]; then echo sigs.k8s.io/cluster-api; else echo "sigs.k8s.io/cluster-api/$dir"; fi
+}
+
 # Certificates of the plane (one CA for everything; see plane.sh).
 PKI_DIR="$PLANE_DIR/pki"
 # Docker objects carrying this label KEY (any value) are removed by `plane.sh down`.

@@ -189,7 +189,9 @@ Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster o
 Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 mod, ours = sys.argv[1], sys.argv[2]
 labelled = {"cluster.x-k8s.io/v1beta1": "v1beta1", "cluster.x-k8s.io/v1beta2": "v1beta2"}
-sources = [("config/crd/bases", False), ("bootstrap/kubeadm/config/crd/bases", True),
+# CAPI core's CRDs: under core/ since v1.14, at the module root before (see capi_core_dir).
+core = "core" if os.path.isdir(os.path.join(mod, "core/config")) else "."
+sources = [(os.path.join(core, "config/crd/bases"), False), ("bootstrap/kubeadm/config/crd/bases", True),
            ("controlplane/kubeadm/config/crd/bases", True)]
 docs = []
 for sub, add_labels in sources:

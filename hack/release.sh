@@ -92,12 +92,12 @@ cp "${templates[@]}" "$INFRA/"
 # clusterctl resolves every provider from this directory and never reaches GitHub.
 CAPI_ENTRIES=""
 if $WITH_CAPI; then
-  capi_dir=""
+  capi_dir="" core=$(capi_core_dir)  # core provider: at the module root before v1.14, core/ since
   if command -v go >/dev/null; then
     capi_dir=$(cd "$CACHE_DIR" && GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/cluster-api@v$CAPI_VERSION" 2>/dev/null \
       | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   fi
-  if [[ -z "$capi_dir" || ! -d "$capi_dir/config/default" ]]; then
+  if [[ -z "$capi_dir" || ! -d "$capi_dir/$core/config/default" ]]; then
     log "WARNING: Cluster API v$CAPI_VERSION module not available (go mod download); core providers not added"
   else
     # name type label file kustomize-dir image
@@ -115,7 +115,7 @@ if $WITH_CAPI; then
   url: file://$out/$file
 "
     done <<EOF_CAPI
-cluster-api CoreProvider cluster-api core-components.yaml config/default cluster-api-controller
+cluster-api CoreProvider cluster-api core-components.yaml $core/config/default cluster-api-controller
 kubeadm BootstrapProvider bootstrap-kubeadm bootstrap-components.yaml bootstrap/kubeadm/config/default kubeadm-bootstrap-controller
 kubeadm ControlPlaneProvider control-plane-kubeadm control-plane-components.yaml controlplane/kubeadm/config/default kubeadm-control-plane-controller
 EOF_CAPI
