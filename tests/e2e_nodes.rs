@@ -7,7 +7,8 @@
 //! balancer): every Node Ready with our providerID and every Machine's nodeRef set; a Deployment
 //! spread over the two workers Running, pod-to-pod traffic across nodes and a Service answering;
 //! KCP 1 → 3 (three LB backends) and back to 1 with the API answering through the load balancer
-//! all along; the MachineDeployment 2 → 3 → 1; deletion leaving no container, volume or network.
+//! all along; the MachineDeployment 2 → 3 → 1; a MachinePool 1 → 2 → 1 (CAPI's "MachinePool
+//! Machines" on our DockerMachinePool); deletion leaving no container, volume or network.
 mod common;
 
 use std::{
@@ -116,6 +117,117 @@ async fn lb_backends(cluster: &str) -> usize {
     cfg.lines()
         .filter(|l| l.trim_start().starts_with("server "))
         .count()
+}
+
+/// A MachinePool beside the MachineDeployment, with the workers' kubeadm config: CAPI core
+/// gives each of our instances (DockerMachines) a Machine, each joins as a Ready Node; our
+/// providerIDList reaches the MachinePool; 1 -> 2 -> 1 replicas (down through a Machine, so the
+/// node is drained and deleted).
+async fn machine_pool_scales(env: &TestEnvRef, ns: &str, name: &str, kc: &Path) {
+    let pool = format!("{name}-mp");
+    let kct: serde_json::Value = serde_json::from_str(&kubectl(
+        &[
+            "get",
+            "kubeadmconfigtemplate",
+            &format!("{name}-md-0"),
+            "-n",
+            ns,
+            "-o",
+            "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    let manifests = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
+         "metadata": {"name": pool, "namespace": ns}, "spec": kct["spec"]["template"]["spec"]},
+        {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachinePool",
+         "metadata": {"name": pool, "namespace": ns}, "spec": {"template": {}}},
+        {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+         "metadata": {"name": pool, "namespace": ns},
+         "spec": {"clusterName": name, "replicas": 1, "template": {"spec": {
+            "clusterName": name, "version": format!("v{K8S_VERSION}"),
+            "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                                        "kind": "KubeadmConfig", "name": pool}},
+            "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                  "kind": "DockerMachinePool", "name": pool}}}}}
+    ]});
+    let t0 = Instant::now();
+    kubectl(&["apply", "-f", "-"], Some(&manifests.to_string()));
+    let pools = capi_api(
+        env,
+        ns,
+        "infrastructure.cluster.x-k8s.io",
+        "DockerMachinePool",
+    );
+    let machine_pools = capi_api(env, ns, "cluster.x-k8s.io", "MachinePool");
+    // The pool's Machines and their providerIDs, as CAPI core sees them.
+    let listed = |n: usize| {
+        let (env, ns, pool, pools, machine_pools) = (
+            env.clone(),
+            ns.to_string(),
+            pool.clone(),
+            pools.clone(),
+            machine_pools.clone(),
+        );
+        async move {
+            eventually(
+                Duration::from_secs(120),
+                &format!("{n} pool instances listed by the DockerMachinePool and the MachinePool"),
+                || async {
+                    let mut ids: Vec<String> = machines(&env, &ns)
+                        .await
+                        .into_iter()
+                        .filter(|m| m.0.starts_with(&pool))
+                        .filter_map(|m| m.3)
+                        .collect();
+                    ids.sort();
+                    let dmp = pools.get(&pool).await.ok()?;
+                    let mp = machine_pools.get(&pool).await.ok()?;
+                    (ids.len() == n
+                        && dmp.data["spec"]["providerIDList"] == json!(ids)
+                        && dmp.data["status"]["replicas"] == json!(n)
+                        && mp.data["spec"]["providerIDList"] == json!(ids)
+                        && mp.data["status"]["replicas"] == json!(n))
+                    .then_some(dmp)
+                },
+            )
+            .await
+        }
+    };
+    wait_for_nodes(env, ns, kc, 1, 2, "MachinePool: 1 instance joined").await;
+    eprintln!(
+        "MachinePool 0 -> 1 Node Ready: {:.0}s",
+        t0.elapsed().as_secs_f64()
+    );
+    let dmp = listed(1).await;
+    assert_eq!(
+        dmp.data["status"]["infrastructureMachineKind"],
+        "DockerMachine"
+    );
+    assert_eq!(dmp.data["status"]["ready"], true);
+    let replicas = |n: u32| json!({"spec": {"replicas": n}});
+    machine_pools
+        .patch(&pool, &PatchParams::default(), &Patch::Merge(&replicas(2)))
+        .await
+        .unwrap();
+    wait_for_nodes(env, ns, kc, 1, 3, "MachinePool: 2 instances joined").await;
+    listed(2).await;
+    machine_pools
+        .patch(&pool, &PatchParams::default(), &Patch::Merge(&replicas(1)))
+        .await
+        .unwrap();
+    wait_for_nodes(env, ns, kc, 1, 2, "MachinePool: back to 1 instance").await;
+    listed(1).await;
+    let pool_containers = cluster_containers(name, ns)
+        .await
+        .into_iter()
+        .filter(|c| c.name.starts_with(&pool))
+        .count();
+    assert_eq!(
+        pool_containers, 1,
+        "the removed instance's container is gone"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,6 +380,8 @@ async fn the_default_template_gives_a_workload_cluster_whose_nodes_go_ready() {
         let left = wait_for_nodes(&env, &ns, &kc, 1, 1, "1 worker Node left").await;
         assert_eq!(left.len(), 2);
         assert!(nodes.len() == 3);
+
+        machine_pool_scales(&env, &ns, &name, &kc).await;
 
         // Deletion leaves no container, volume or network of the cluster.
         kubectl(

@@ -13,6 +13,8 @@ pub mod types {
     pub const LOAD_BALANCER_AVAILABLE: &str = "LoadBalancerAvailable";
     pub const CONTAINER_PROVISIONED: &str = "ContainerProvisioned";
     pub const BOOTSTRAP_EXEC_SUCCEEDED: &str = "BootstrapExecSucceeded";
+    /// DockerMachinePool: every replica exists, is up to date and provisioned.
+    pub const REPLICAS_READY: &str = "ReplicasReady";
 }
 
 pub mod reasons {
@@ -51,6 +53,10 @@ pub mod reasons {
     pub const BOOTSTRAP_DATA_NOT_FOUND: &str = "BootstrapDataNotFound";
     /// Ours: the spec cannot be acted on (e.g. no version and no customImage).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    // DockerMachinePool (CAPI's MachineSet/MachinePool words).
+    pub const SCALING_UP: &str = "ScalingUp";
+    pub const SCALING_DOWN: &str = "ScalingDown";
+    pub const ROLLING_OUT: &str = "RollingOut";
 }
 
 /// Status of a condition.

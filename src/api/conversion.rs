@@ -17,6 +17,10 @@ use super::{
     },
     docker_cluster::{DockerClusterSpec, DockerClusterStatus, DockerLoadBalancer},
     docker_machine::{DockerMachineSpec, DockerMachineStatus},
+    docker_machine_pool::{
+        DockerMachinePoolSpec, DockerMachinePoolStatus, DockerMachinePoolTemplateResource,
+        DockerMachinePoolTemplateSpec,
+    },
     templates::{
         DockerClusterTemplateResource, DockerClusterTemplateSpec, DockerMachineTemplateResource,
         DockerMachineTemplateSpec, DockerMachineTemplateStatus,
@@ -86,6 +90,10 @@ pub fn convert(object: Value, desired: &str) -> Result<Value, ConversionError> {
         }
         "DockerMachineTemplate" => {
             convert_body::<DockerMachineTemplateKind>(&object, &mut metadata, up)
+        }
+        "DockerMachinePool" => convert_body::<DockerMachinePoolKind>(&object, &mut metadata, up),
+        "DockerMachinePoolTemplate" => {
+            convert_body::<DockerMachinePoolTemplateKind>(&object, &mut metadata, up)
         }
         _ => return Err(ConversionError::Kind(kind)),
     };
@@ -483,6 +491,92 @@ impl Versions for DockerMachineTemplateKind {
     }
 }
 
+fn pool_spec_up(s: &old::DockerMachinePoolSpec) -> DockerMachinePoolSpec {
+    DockerMachinePoolSpec {
+        template: s.template.clone(),
+        provider_id: non_empty(&s.provider_id),
+        provider_id_list: s.provider_id_list.clone(),
+    }
+}
+
+fn pool_spec_down(s: &DockerMachinePoolSpec) -> old::DockerMachinePoolSpec {
+    old::DockerMachinePoolSpec {
+        template: s.template.clone(),
+        provider_id: s.provider_id.clone(),
+        provider_id_list: s.provider_id_list.clone(),
+    }
+}
+
+struct DockerMachinePoolKind;
+impl Versions for DockerMachinePoolKind {
+    type Old = Body<old::DockerMachinePoolSpec, old::DockerMachinePoolStatus>;
+    type New = Body<DockerMachinePoolSpec, DockerMachinePoolStatus>;
+
+    fn up(o: &Self::Old) -> Self::New {
+        Body {
+            spec: pool_spec_up(&o.spec),
+            status: o.status.as_ref().map(|s| DockerMachinePoolStatus {
+                conditions: s.v1beta2.as_ref().and_then(|v| v.conditions.clone()),
+                ready: s.ready,
+                replicas: s.replicas,
+                observed_generation: s.observed_generation,
+                instances: s.instances.clone(),
+                infrastructure_machine_kind: s.infrastructure_machine_kind.clone(),
+                deprecated: deprecated_up(&s.conditions),
+            }),
+        }
+    }
+
+    fn down(n: &Self::New) -> Self::Old {
+        Body {
+            spec: pool_spec_down(&n.spec),
+            status: n.status.as_ref().map(|s| old::DockerMachinePoolStatus {
+                ready: s.ready,
+                replicas: s.replicas,
+                observed_generation: s.observed_generation,
+                instances: s.instances.clone(),
+                infrastructure_machine_kind: s.infrastructure_machine_kind.clone(),
+                conditions: deprecated_down(&s.deprecated),
+                v1beta2: conditions_down(&s.conditions),
+            }),
+        }
+    }
+
+    fn keep(_: &mut Self::New, _: Self::New) {}
+}
+
+struct DockerMachinePoolTemplateKind;
+impl Versions for DockerMachinePoolTemplateKind {
+    type Old = Body<old::DockerMachinePoolTemplateSpec, NoStatus>;
+    type New = Body<DockerMachinePoolTemplateSpec, NoStatus>;
+
+    fn up(o: &Self::Old) -> Self::New {
+        Body {
+            spec: DockerMachinePoolTemplateSpec {
+                template: DockerMachinePoolTemplateResource {
+                    metadata: template_meta_up(&o.spec.template.metadata),
+                    spec: pool_spec_up(&o.spec.template.spec),
+                },
+            },
+            status: None,
+        }
+    }
+
+    fn down(n: &Self::New) -> Self::Old {
+        Body {
+            spec: old::DockerMachinePoolTemplateSpec {
+                template: old::DockerMachinePoolTemplateResource {
+                    metadata: template_meta_down(&n.spec.template.metadata),
+                    spec: pool_spec_down(&n.spec.template.spec),
+                },
+            },
+            status: None,
+        }
+    }
+
+    fn keep(_: &mut Self::New, _: Self::New) {}
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -611,6 +705,14 @@ mod tests {
             json!({"apiVersion": V1BETA2, "kind": "DockerMachine", "metadata": meta(),
                    "spec": {"bootstrapTimeout": "10m", "bootstrapped": true},
                    "status": {"loadBalancerConfigured": false, "addresses": [{"type": "InternalIP", "address": "10.0.0.2"}]}}),
+            json!({"apiVersion": V1BETA2, "kind": "DockerMachinePool", "metadata": meta(),
+                   "spec": {"template": {"customImage": "kindest/node:v1.35.4"}, "providerID": "docker:////c-dmp-p",
+                            "providerIDList": ["docker:////c-worker-a"]},
+                   "status": {"ready": true, "replicas": 1, "infrastructureMachineKind": "DockerMachine",
+                              "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                                              "lastTransitionTime": "2026-11-24T10:00:00Z"}]}}),
+            json!({"apiVersion": V1BETA2, "kind": "DockerMachinePoolTemplate", "metadata": meta(),
+                   "spec": {"template": {"spec": {"template": {"preLoadImages": ["busybox:1"]}}}}}),
         ] {
             let old_obj = round_trip_from_new(obj);
             assert!(
@@ -636,10 +738,10 @@ mod tests {
             convert(obj, V1BETA2),
             Err(ConversionError::Version { .. })
         ));
-        let obj = json!({"apiVersion": V1BETA1, "kind": "DockerMachinePool", "metadata": meta()});
+        let obj = json!({"apiVersion": V1BETA1, "kind": "DevMachine", "metadata": meta()});
         assert_eq!(
             convert(obj, V1BETA2),
-            Err(ConversionError::Kind("DockerMachinePool".into()))
+            Err(ConversionError::Kind("DevMachine".into()))
         );
         let obj = json!({"apiVersion": V1BETA2, "kind": "DockerMachine", "metadata": meta(), "spec": {"extraMounts": "x"}});
         let err = convert(obj, V1BETA1).unwrap_err().to_string();

@@ -7,7 +7,8 @@ use kube::{CustomResourceExt, core::crd::merge_crds};
 use serde_json::json;
 
 use super::{
-    DockerCluster, DockerClusterTemplate, DockerMachine, DockerMachineTemplate, VERSION, v1beta1,
+    DockerCluster, DockerClusterTemplate, DockerMachine, DockerMachinePool,
+    DockerMachinePoolTemplate, DockerMachineTemplate, VERSION, v1beta1,
 };
 
 /// CAPI core resolves `apiGroup`-only references through this label on our CRDs.
@@ -30,6 +31,11 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         [
             DockerMachineTemplate::crd(),
             v1beta1::DockerMachineTemplate::crd(),
+        ],
+        [DockerMachinePool::crd(), v1beta1::DockerMachinePool::crd()],
+        [
+            DockerMachinePoolTemplate::crd(),
+            v1beta1::DockerMachinePoolTemplate::crd(),
         ],
     ]
     .into_iter()
@@ -108,7 +114,7 @@ fn root_rules(kind: &str, root: &mut JSONSchemaProps) {
         return;
     };
     match kind {
-        "DockerCluster" => spec.default = Some(JSON(json!({}))),
+        "DockerCluster" | "DockerMachinePool" => spec.default = Some(JSON(json!({}))),
         "DockerMachine" => {
             spec.default = Some(JSON(json!({})));
             spec.x_kubernetes_validations = Some(vec![rule(

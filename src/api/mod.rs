@@ -11,12 +11,14 @@ pub mod conversion;
 pub mod crds;
 pub mod docker_cluster;
 pub mod docker_machine;
+pub mod docker_machine_pool;
 pub mod templates;
 pub mod v1beta1;
 
 pub use common::*;
 pub use docker_cluster::*;
 pub use docker_machine::*;
+pub use docker_machine_pool::*;
 pub use templates::*;
 
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";

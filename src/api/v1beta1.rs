@@ -17,6 +17,9 @@ use serde::{Deserialize, Serialize};
 use super::common::{LocalObjectReference, MachineAddress, Mount, V1Beta1Condition};
 use super::conditions::Condition;
 use super::docker_machine::DURATION_PATTERN;
+use super::docker_machine_pool::{
+    DockerMachinePoolInstanceStatus, DockerMachinePoolMachineTemplate,
+};
 
 /// v1beta1 desired state of a DockerCluster.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -241,4 +244,80 @@ pub struct ObjectMeta {
     pub labels: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<BTreeMap<String, String>>,
+}
+
+/// v1beta1 desired state of a DockerMachinePool (the same fields as v1beta2).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "DockerMachinePool",
+    plural = "dockermachinepools",
+    namespaced,
+    status = "DockerMachinePoolStatus",
+    category = "cluster-api",
+    printcolumn = r#"{"name":"Age","type":"date","description":"Time duration since creation of DockerMachinePool","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DockerMachinePoolSpec {
+    #[serde(default)]
+    pub template: DockerMachinePoolMachineTemplate,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "providerID"
+    )]
+    pub provider_id: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "providerIDList"
+    )]
+    pub provider_id_list: Option<Vec<String>>,
+}
+
+/// v1beta1 observed state of a DockerMachinePool.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DockerMachinePoolStatus {
+    #[serde(default)]
+    pub ready: bool,
+    #[serde(default)]
+    pub replicas: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instances: Option<Vec<DockerMachinePoolInstanceStatus>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_machine_kind: Option<String>,
+    /// Conditions in CAPI's v1beta1 style.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<V1Beta1Condition>>,
+    /// The v1beta2 conditions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v1beta2: Option<V1Beta2Status>,
+}
+
+/// v1beta1 desired state of a DockerMachinePoolTemplate.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "DockerMachinePoolTemplate",
+    plural = "dockermachinepooltemplates",
+    namespaced,
+    category = "cluster-api",
+    printcolumn = r#"{"name":"Age","type":"date","description":"Time duration since creation of DockerMachinePoolTemplate","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct DockerMachinePoolTemplateSpec {
+    pub template: DockerMachinePoolTemplateResource,
+}
+
+/// The DockerMachinePool stamped out from the template.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct DockerMachinePoolTemplateResource {
+    /// Labels and annotations for the created DockerMachinePool (`{}` = none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMeta>,
+    pub spec: DockerMachinePoolSpec,
 }

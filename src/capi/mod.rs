@@ -5,10 +5,12 @@
 //! so a Cluster or Machine from a newer CAPI never fails to deserialize.
 pub mod cluster;
 pub mod machine;
+pub mod machine_pool;
 pub mod meta;
 
 pub use cluster::*;
 pub use machine::*;
+pub use machine_pool::*;
 pub use meta::*;
 
 pub const GROUP: &str = "cluster.x-k8s.io";
@@ -18,6 +20,10 @@ pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 pub const MANAGED_BY_ANNOTATION: &str = "cluster.x-k8s.io/managed-by";
+/// On the infrastructure machines of a MachinePool (and their Machines): the pool's name.
+pub const MACHINE_POOL_NAME_LABEL: &str = "cluster.x-k8s.io/pool-name";
+/// On a Machine: delete this one first when scaling down.
+pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
 
 /// A v1beta2 contract reference: `{apiGroup, kind, name}` (same namespace as the referrer).
 #[derive(serde::Deserialize, serde::Serialize, Clone, Debug, Default, PartialEq)]

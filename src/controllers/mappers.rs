@@ -6,8 +6,8 @@ use kube::{
 };
 
 use crate::{
-    api::{DockerCluster, DockerMachine, GROUP},
-    capi::{CLUSTER_NAME_LABEL, Cluster, Machine},
+    api::{DockerCluster, DockerMachine, DockerMachinePool, GROUP},
+    capi::{CLUSTER_NAME_LABEL, Cluster, Machine, MachinePool},
     docker::{ContainerEvent, labels},
 };
 
@@ -94,6 +94,40 @@ pub fn docker_cluster_to_docker_machines(
         .cloned()
         .or_else(|| crate::capi::capi_owner(&dc.metadata, "Cluster").map(|o| o.name.clone()));
     docker_machines_of_cluster(store, dc.namespace(), cluster)
+}
+
+/// MachinePool -> its DockerMachinePool (through `spec.template.spec.infrastructureRef`).
+pub fn machine_pool_to_docker_machine_pool(
+    mp: MachinePool,
+) -> Option<ObjectRef<DockerMachinePool>> {
+    let name = mp
+        .infrastructure_ref()?
+        .name_if(GROUP, "DockerMachinePool")?
+        .to_string();
+    Some(ObjectRef::new(&name).within(&mp.namespace()?))
+}
+
+/// An instance (DockerMachine) -> the DockerMachinePool that owns it.
+pub fn instance_to_docker_machine_pool(dm: DockerMachine) -> Option<ObjectRef<DockerMachinePool>> {
+    let owner = dm.owner_references().iter().find(|r| {
+        r.kind == "DockerMachinePool" && r.api_version.split('/').next() == Some(GROUP)
+    })?;
+    Some(ObjectRef::new(&owner.name).within(&dm.namespace()?))
+}
+
+/// Cluster -> every DockerMachinePool of it (cluster-name label, which CAPI core sets), from
+/// the cache.
+pub fn cluster_to_docker_machine_pools(
+    store: &Store<DockerMachinePool>,
+    cluster: &Cluster,
+) -> Vec<ObjectRef<DockerMachinePool>> {
+    let (name, ns) = (cluster.name_any(), cluster.namespace());
+    store
+        .state()
+        .iter()
+        .filter(|p| p.namespace() == ns && p.labels().get(CLUSTER_NAME_LABEL) == Some(&name))
+        .map(|p| ObjectRef::from_obj(p.as_ref()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,10 +1,11 @@
-//! The two controllers and how they are wired: watches, concurrency, backoff, metrics, shutdown.
+//! The three controllers and how they are wired: watches, concurrency, backoff, metrics, shutdown.
 pub mod backoff;
 pub mod bootstrap_tasks;
 pub mod caches;
 pub mod context;
 pub mod docker_cluster;
 pub mod docker_machine;
+pub mod docker_machine_pool;
 pub mod error;
 pub mod events;
 pub mod load_balancer;
@@ -40,8 +41,8 @@ pub use context::{Context, Settings};
 use error::{Error, Result};
 
 use crate::{
-    api::{DockerCluster, DockerMachine},
-    capi::{Cluster, Machine, WATCH_FILTER_LABEL},
+    api::{DockerCluster, DockerMachine, DockerMachinePool},
+    capi::{Cluster, Machine, MachinePool, WATCH_FILTER_LABEL},
     docker::EngineEvent,
 };
 
@@ -128,7 +129,7 @@ pub fn docker_triggers(
     }
 }
 
-/// Run both controllers until `shutdown` resolves. The watches fill `writers`, the caches the
+/// Run the controllers until `shutdown` resolves. The watches fill `writers`, the caches the
 /// reconciles read through `ctx`.
 pub async fn run<S, C, M, A>(
     ctx: Arc<Context>,
@@ -148,8 +149,11 @@ pub async fn run<S, C, M, A>(
     // One Cluster watch and one DockerCluster watch fill their caches and then trigger both
     // controllers (see `shared_watch`); the machine controller's Machine watch fills the Machine
     // cache it alone reads.
-    let [cluster_events_for_dc, cluster_events_for_dm] =
-        shared_watch(scope.api::<Cluster>(&client), &wc, writers.clusters);
+    let [
+        cluster_events_for_dc,
+        cluster_events_for_dm,
+        cluster_events_for_dmp,
+    ] = shared_watch(scope.api::<Cluster>(&client), &wc, writers.clusters);
     let [dc_events_for_dc, dc_events_for_dm] = shared_watch(
         scope.api::<DockerCluster>(&client),
         &wc,
@@ -204,7 +208,7 @@ pub async fn run<S, C, M, A>(
         .reconcile_all_on(triggers.all_machines)
         .with_config(ControllerConfig::default().concurrency(scope.machine_concurrency))
         .trigger_backoff(backoff::NoTriggerBackoff)
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(
             reconcile_machine,
             error_policy::<DockerMachine>,
@@ -212,7 +216,45 @@ pub async fn run<S, C, M, A>(
         )
         .for_each(|r| async move { log_result("DockerMachine", r) });
 
-    futures::join!(clusters, machines);
+    let shutdown_pools = shutdown;
+    // MachinePools: their own watches (few objects); the instances are DockerMachines, watched
+    // here again for the changes a pool counts (provisioned, providerID, deletion).
+    let (dmp_store, dmp_writer) = reflector::store();
+    let dmp_stream = primary(
+        scope.api::<DockerMachinePool>(&client),
+        &wc,
+        dmp_writer,
+        predicates::own::<DockerMachinePool>,
+    );
+    let pools_of_cluster = dmp_store.clone();
+    let pools = Controller::for_stream(dmp_stream, dmp_store)
+        .watches_stream(
+            watch(scope.api::<MachinePool>(&client), &wc)
+                .touched_objects()
+                .predicate_filter(predicates::machine_pool, Default::default()),
+            mappers::machine_pool_to_docker_machine_pool,
+        )
+        .watches_stream(
+            watch(scope.api::<DockerMachine>(&client), &wc)
+                .touched_objects()
+                .predicate_filter(predicates::pool_instance, Default::default()),
+            mappers::instance_to_docker_machine_pool,
+        )
+        .watches_stream(
+            cluster_events_for_dmp.predicate_filter(predicates::cluster, Default::default()),
+            move |c| mappers::cluster_to_docker_machine_pools(&pools_of_cluster, &c),
+        )
+        .with_config(ControllerConfig::default().concurrency(scope.cluster_concurrency))
+        .trigger_backoff(backoff::NoTriggerBackoff)
+        .graceful_shutdown_on(shutdown_pools)
+        .run(
+            reconcile_pool,
+            error_policy::<DockerMachinePool>,
+            ctx.clone(),
+        )
+        .for_each(|r| async move { log_result("DockerMachinePool", r) });
+
+    futures::join!(clusters, machines, pools);
 }
 
 /// A watch of `K` that retries with backoff and drops each object's `managedFields` before it
@@ -334,6 +376,15 @@ async fn reconcile_cluster(obj: Arc<DockerCluster>, ctx: Arc<Context>) -> Result
         obj.clone(),
         ctx.clone(),
         docker_cluster::reconcile(obj, ctx),
+    )
+    .await
+}
+
+async fn reconcile_pool(obj: Arc<DockerMachinePool>, ctx: Arc<Context>) -> Result<Action> {
+    instrumented(
+        obj.clone(),
+        ctx.clone(),
+        docker_machine_pool::reconcile(obj, ctx),
     )
     .await
 }

@@ -27,6 +27,37 @@ pub fn machine(m: &Machine) -> Option<u64> {
     ))
 }
 
+/// A MachinePool matters to its DockerMachinePool for its spec (replicas, version, bootstrap
+/// data), labels and deletion.
+pub fn machine_pool(mp: &crate::capi::MachinePool) -> Option<u64> {
+    hash((
+        mp.metadata.generation,
+        mp.labels(),
+        mp.metadata.deletion_timestamp.is_some(),
+        mp.data_secret_name(),
+        mp.replicas(),
+    ))
+}
+
+/// An instance matters to its pool for what the pool counts: providerID, provisioned, owners
+/// (CAPI core adds the Machine), annotations (delete-machine) and deletion.
+pub fn pool_instance(dm: &crate::api::DockerMachine) -> Option<u64> {
+    if !dm
+        .labels()
+        .contains_key(crate::capi::MACHINE_POOL_NAME_LABEL)
+    {
+        return None;
+    }
+    hash((
+        own(dm),
+        &dm.spec.provider_id,
+        dm.status
+            .as_ref()
+            .and_then(|s| s.initialization.as_ref())
+            .and_then(|i| i.provisioned),
+    ))
+}
+
 /// A Cluster matters for its spec (paused, network, references) and the two initialization
 /// facts of its status.
 pub fn cluster(c: &Cluster) -> Option<u64> {

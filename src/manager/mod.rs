@@ -20,8 +20,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::{
-    api::{DockerCluster, DockerMachine},
-    capi::{Cluster, Machine},
+    api::{DockerCluster, DockerMachine, DockerMachinePool},
+    capi::{Cluster, Machine, MachinePool},
     controllers::{self, Context, DockerTriggers},
     docker::{
         ContainerRuntime, RuntimeError,
@@ -252,7 +252,7 @@ async fn connect_docker(
     }
 }
 
-/// Wait until our CRDs and CAPI's Cluster/Machine are served (controllers would spin otherwise).
+/// Wait until our CRDs and CAPI's Cluster/Machine/MachinePool are served (controllers would spin otherwise).
 /// Lists in `namespace` when the manager watches one: a manager bound to a Role there may not
 /// list anything cluster-wide.
 async fn wait_for_crds(client: &Client, namespace: Option<&str>, shutdown: &CancellationToken) {
@@ -267,26 +267,32 @@ async fn wait_for_crds(client: &Client, namespace: Option<&str>, shutdown: &Canc
             None => Api::all(client.clone()),
         }
     }
-    let (dcs, dms) = (
+    let (dcs, dms, dmps) = (
         api::<DockerCluster>(client, namespace),
         api::<DockerMachine>(client, namespace),
+        api::<DockerMachinePool>(client, namespace),
     );
-    let (clusters, machines) = (
+    let (clusters, machines, pools) = (
         api::<Cluster>(client, namespace),
         api::<Machine>(client, namespace),
+        api::<MachinePool>(client, namespace),
     );
     loop {
         let checks = futures::join!(
             dcs.list_metadata(&lp),
             dms.list_metadata(&lp),
+            dmps.list_metadata(&lp),
             clusters.list_metadata(&lp),
             machines.list_metadata(&lp),
+            pools.list_metadata(&lp),
         );
         let missing: Vec<String> = [
             checks.0.err(),
             checks.1.err(),
             checks.2.err(),
             checks.3.err(),
+            checks.4.err(),
+            checks.5.err(),
         ]
         .into_iter()
         .flatten()
@@ -295,7 +301,7 @@ async fn wait_for_crds(client: &Client, namespace: Option<&str>, shutdown: &Canc
         if missing.is_empty() {
             return;
         }
-        warn!(errors = ?missing, "waiting for the DockerCluster/DockerMachine and CAPI Cluster/Machine CRDs to be served");
+        warn!(errors = ?missing, "waiting for our CRDs and CAPI's Cluster/Machine/MachinePool to be served");
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_secs(5)) => {},

@@ -318,6 +318,12 @@ impl TestEnv {
             .map(|l| l.items)
             .unwrap_or_default();
         let kinds = [
+            ("cluster.x-k8s.io", "v1beta2", "MachinePool"),
+            (
+                "infrastructure.cluster.x-k8s.io",
+                "v1beta2",
+                "DockerMachinePool",
+            ),
             ("cluster.x-k8s.io", "v1beta2", "MachineDeployment"),
             ("cluster.x-k8s.io", "v1beta2", "MachineSet"),
             (

@@ -52,7 +52,13 @@ async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
         return Ok(Owners::default());
     };
     let c = &ctx.caches;
-    let machine = caches::get(&c.machines, &ctx.client, &ns, &owner.name).await?;
+    let mut machine = caches::get(&c.machines, &ctx.client, &ns, &owner.name).await?;
+    if let (Some(m), Some(pool)) = (&machine, dm.labels().get(capi::MACHINE_POOL_NAME_LABEL)) {
+        let pool = Api::<capi::MachinePool>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(pool)
+            .await?;
+        machine = pool.map(|p| Arc::new(pool_instance(m, &p)));
+    }
     let cluster_name = machine
         .as_ref()
         .and_then(|m| m.cluster_name().map(str::to_string))
@@ -75,6 +81,23 @@ async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
         docker_cluster,
         cluster_name,
     })
+}
+
+/// The Machine CAPI core gives a MachinePool instance carries no bootstrap data and no version
+/// (it only mirrors the pool): the instance boots from the pool's. `None` above (the pool is
+/// gone) reads as a missing owner: the instance waits, or is deleted with its pool.
+fn pool_instance(machine: &capi::Machine, pool: &capi::MachinePool) -> capi::Machine {
+    let mut m = machine.clone();
+    if m.data_secret_name().is_none() {
+        m.spec
+            .bootstrap
+            .get_or_insert_with(Default::default)
+            .data_secret_name = pool.data_secret_name().map(str::to_string);
+    }
+    if m.spec.version.as_deref().is_none_or(str::is_empty) {
+        m.spec.version = pool.version().map(str::to_string);
+    }
+    m
 }
 
 async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> Result<Action> {

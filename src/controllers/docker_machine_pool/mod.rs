@@ -1,0 +1,287 @@
+//! DockerMachinePool reconciler: a MachinePool's replicas as DockerMachines.
+//!
+//! The pool never touches Docker. It keeps one DockerMachine per replica (labelled with the
+//! cluster and pool names, and `status.infrastructureMachineKind: DockerMachine`); CAPI core
+//! gives each a Machine ("MachinePool Machines"), and the DockerMachine controller makes it a
+//! node booted from the pool's bootstrap data. Scaling down deletes Machines, so CAPI drains
+//! their nodes first.
+//!
+//! fetch ([`decide::Fetched`]: the MachinePool, its Cluster, the instances and their Machines,
+//! read from the API server: the counts must not lag) -> decide ([`decide::decide`], pure) ->
+//! act (create, delete) -> spec and status.
+pub mod decide;
+
+use std::{
+    hash::{BuildHasher, Hasher},
+    sync::Arc,
+    time::Duration,
+};
+
+use chrono::Utc;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{
+    Api, Resource, ResourceExt,
+    api::{DeleteParams, ListParams, PostParams},
+    runtime::controller::Action,
+};
+use serde_json::json;
+use tracing::{Instrument, info, info_span};
+
+use decide::{Fetched, Plan, Scale};
+
+use super::{caches, context::Context, error::Result, patch::Patcher};
+use crate::{
+    api::{
+        DockerMachine, DockerMachinePool, DockerMachinePoolStatus, DockerMachineSpec,
+        conditions::{self, Desired, reasons, types},
+    },
+    capi::{self, CLUSTER_NAME_LABEL, MACHINE_POOL_NAME_LABEL, Machine, MachinePool},
+    docker::naming,
+};
+
+pub const FINALIZER: &str = "dockermachinepool.infrastructure.cluster.x-k8s.io";
+const KIND: &str = "DockerMachinePool";
+/// On each instance: the template it was made from (see [`decide::template_hash`]).
+pub const TEMPLATE_HASH_ANNOTATION: &str =
+    "infrastructure.cluster.x-k8s.io/docker-machine-pool-template";
+/// While instances are being created or removed: look again this soon, on top of the watches.
+const SCALING_RECHECK: Duration = Duration::from_secs(5);
+
+pub async fn reconcile(dmp: Arc<DockerMachinePool>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = dmp.namespace().unwrap_or_default();
+    let owner = capi::capi_owner(&dmp.metadata, "MachinePool").map(|o| o.name.clone());
+    let span = info_span!("reconcile", kind = KIND, namespace = %ns, name = %dmp.name_any(), machine_pool = owner.as_deref().unwrap_or(""));
+    async move {
+        let fetched = fetch(&dmp, &ctx).await?;
+        let plan = decide::decide(&dmp, &fetched);
+        act(plan, &dmp, &ctx).await
+    }
+    .instrument(span)
+    .await
+}
+
+async fn fetch(dmp: &DockerMachinePool, ctx: &Context) -> Result<Fetched> {
+    let ns = dmp.namespace().unwrap_or_default();
+    let Some(owner) = capi::capi_owner(&dmp.metadata, "MachinePool") else {
+        return Ok(Fetched::default());
+    };
+    let machine_pool = Api::<MachinePool>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&owner.name)
+        .await?
+        .map(Arc::new);
+    let Some(cluster_name) = machine_pool
+        .as_ref()
+        .and_then(|mp| mp.cluster_name().map(str::to_string))
+        .or_else(|| dmp.labels().get(CLUSTER_NAME_LABEL).cloned())
+    else {
+        return Ok(Fetched {
+            machine_pool,
+            ..Default::default()
+        });
+    };
+    let cluster = caches::get(&ctx.caches.clusters, &ctx.client, &ns, &cluster_name).await?;
+    let selector = ListParams::default().labels(&format!(
+        "{CLUSTER_NAME_LABEL}={cluster_name},{MACHINE_POOL_NAME_LABEL}={}",
+        owner.name
+    ));
+    let instances = Api::<DockerMachine>::namespaced(ctx.client.clone(), &ns)
+        .list(&selector)
+        .await?
+        .items;
+    let machines = Api::<Machine>::namespaced(ctx.client.clone(), &ns)
+        .list(&selector)
+        .await?
+        .items;
+    Ok(Fetched {
+        machine_pool,
+        cluster,
+        instances,
+        machines,
+    })
+}
+
+async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Action> {
+    let ns = dmp.namespace().unwrap_or_default();
+    let mut patcher = Patcher::new(Api::namespaced(ctx.client.clone(), &ns), dmp);
+    let mut status = dmp.status.clone().unwrap_or_default();
+    let generation = dmp.metadata.generation;
+    let set = |status: &mut DockerMachinePoolStatus, d: &Desired| {
+        conditions::set(
+            status.conditions.get_or_insert_with(Vec::new),
+            d,
+            generation,
+            Utc::now(),
+        );
+    };
+    let not_paused = conditions::paused(&[]);
+    let action = match plan {
+        Plan::LeaveAlone => return Ok(Action::await_change()),
+        Plan::AwaitOwner => {
+            info!("waiting for the MachinePool controller to set the owner reference");
+            return Ok(Action::requeue(ctx.settings.resync));
+        }
+        Plan::DeleteOrphan => {
+            patcher.remove_finalizer(dmp, FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+        Plan::Missing(message) => return Err(super::error::Error::Missing(message)),
+        Plan::Paused(why) => {
+            set(&mut status, &conditions::paused(&why));
+            Action::requeue(ctx.settings.resync)
+        }
+        Plan::Released => {
+            patcher.remove_finalizer(dmp, FINALIZER).await?;
+            return Ok(Action::await_change());
+        }
+        Plan::Delete(machines) => {
+            set(&mut status, &not_paused);
+            set(
+                &mut status,
+                &Desired::false_(types::READY, reasons::DELETING, "Deleting the instances"),
+            );
+            remove(&machines, &ns, ctx).await?;
+            Action::requeue(SCALING_RECHECK)
+        }
+        Plan::AwaitBootstrapData => {
+            set(&mut status, &not_paused);
+            patcher.add_finalizer(dmp, FINALIZER).await?;
+            set(
+                &mut status,
+                &Desired::false_(
+                    types::REPLICAS_READY,
+                    reasons::WAITING_FOR_BOOTSTRAP_DATA,
+                    "Waiting for the MachinePool's bootstrap data",
+                ),
+            );
+            Action::requeue(ctx.settings.resync)
+        }
+        Plan::Scale(s) => {
+            set(&mut status, &not_paused);
+            patcher.add_finalizer(dmp, FINALIZER).await?;
+            create(&s, dmp, &ns, ctx).await?;
+            remove(&s.delete, &ns, ctx).await?;
+            write_spec(&mut patcher, dmp, &s).await?;
+            status.replicas = i32::try_from(s.replicas).unwrap_or(i32::MAX);
+            // Sticky, as upstream's: CAPI core stops copying providerIDList while it is false.
+            status.ready = status.ready || s.all_have_provider_ids;
+            status.infrastructure_machine_kind = Some("DockerMachine".into());
+            status.observed_generation = generation;
+            set(&mut status, &s.replicas_ready);
+            if s.replicas_ready.status == conditions::ConditionStatus::True {
+                Action::requeue(ctx.settings.resync)
+            } else {
+                Action::requeue(SCALING_RECHECK)
+            }
+        }
+    };
+    let conds = status.conditions.get_or_insert_with(Vec::new);
+    let ready = conditions::summarize_ready(conds, &[types::REPLICAS_READY]);
+    if dmp.metadata.deletion_timestamp.is_none() {
+        conditions::set(conds, &ready, generation, Utc::now());
+    }
+    patcher
+        .status(dmp.status.as_ref(), &status, &ctx.status_versions)
+        .await?;
+    Ok(action)
+}
+
+/// New instances: DockerMachines named `<cluster>-<pool>-<random>` (the node container's name
+/// too), owned by the pool and labelled for CAPI core, which gives each a Machine.
+async fn create(s: &Scale, dmp: &DockerMachinePool, ns: &str, ctx: &Context) -> Result<()> {
+    let api = Api::<DockerMachine>::namespaced(ctx.client.clone(), ns);
+    let owner = OwnerReference {
+        api_version: DockerMachinePool::api_version(&()).into_owned(),
+        kind: KIND.into(),
+        name: dmp.name_any(),
+        uid: dmp.uid().unwrap_or_default(),
+        block_owner_deletion: Some(true),
+        ..Default::default()
+    };
+    let mut labels = dmp
+        .labels()
+        .iter()
+        .filter(|(k, _)| *k == capi::WATCH_FILTER_LABEL)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect::<std::collections::BTreeMap<_, _>>();
+    labels.insert(CLUSTER_NAME_LABEL.into(), s.cluster_name.clone());
+    labels.insert(MACHINE_POOL_NAME_LABEL.into(), s.pool_name.clone());
+    for _ in 0..s.create {
+        let name = naming::machine_container_name(
+            &s.cluster_name,
+            &format!("{}-{}", s.pool_name, random_suffix()),
+        );
+        let mut dm = DockerMachine::new(
+            &name,
+            DockerMachineSpec {
+                custom_image: dmp.spec.template.custom_image.clone(),
+                pre_load_images: dmp.spec.template.pre_load_images.clone(),
+                extra_mounts: dmp.spec.template.extra_mounts.clone(),
+                ..Default::default()
+            },
+        );
+        dm.metadata.namespace = Some(ns.into());
+        dm.metadata.labels = Some(labels.clone());
+        dm.metadata.annotations = Some(
+            [(
+                TEMPLATE_HASH_ANNOTATION.to_string(),
+                s.template_hash.clone(),
+            )]
+            .into(),
+        );
+        dm.metadata.owner_references = Some(vec![owner.clone()]);
+        api.create(&PostParams::default(), &dm).await?;
+        info!(docker_machine = %name, "instance created");
+    }
+    Ok(())
+}
+
+/// Delete the Machines of the instances that go.
+async fn remove(machines: &[String], ns: &str, ctx: &Context) -> Result<()> {
+    let api = Api::<Machine>::namespaced(ctx.client.clone(), ns);
+    for name in machines {
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => info!(machine = %name, "instance deleted through its Machine"),
+            // Already gone: what we wanted.
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The contract's spec fields: the pool's own providerID and its instances' (sorted).
+async fn write_spec(
+    patcher: &mut Patcher<DockerMachinePool>,
+    dmp: &DockerMachinePool,
+    s: &Scale,
+) -> Result<()> {
+    let provider_id = format!("docker:////{}-dmp-{}", s.cluster_name, dmp.name_any());
+    if dmp.spec.provider_id.as_deref() != Some(provider_id.as_str())
+        || dmp.spec.provider_id_list.as_deref().unwrap_or_default() != s.provider_ids.as_slice()
+    {
+        patcher
+            .spec(json!({"providerID": provider_id, "providerIDList": s.provider_ids}))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Five characters of [a-z0-9], as CAPI names generated objects.
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default(),
+    );
+    let mut n = h.finish();
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+            n /= ALPHABET.len() as u64;
+            c
+        })
+        .collect()
+}
