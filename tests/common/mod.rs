@@ -411,6 +411,13 @@ impl TestEnv {
         self.cleanup_docker().await;
         if let Err(panic) = result {
             eprintln!("---- manager log ({}) ----\n{}", self.id, tail(&logs, 150));
+            // Again after the log: a CI summary that keeps only the end of the output (or only
+            // its start, cut inside a long backtrace) still shows what failed.
+            eprintln!(
+                "---- {} failed: {} ----",
+                self.id,
+                panic_message(panic.as_ref())
+            );
             std::panic::resume_unwind(panic);
         }
         // The manager runs as the shipped ServiceAccount: a request its rules do not allow is a
@@ -432,6 +439,15 @@ pub struct TestEnvRef {
     pub network: String,
     /// Port of the manager's /healthz, /readyz and /metrics (0 without a manager).
     pub health_port: u16,
+}
+
+/// The text a panic was raised with (`panic!`/`assert!` give a `String` or a `&str`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("(a panic without a message)")
 }
 
 fn tail(s: &str, lines: usize) -> String {
