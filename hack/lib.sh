@@ -20,7 +20,10 @@ COREDNS_VERSION=${COREDNS_VERSION:-1.13.1}
 # crictl in the node image, as kind's has it (upstream CAPD v1.14 waits for `crictl ps` before
 # it bootstraps a node). v1.34.0 is the newest sigs.k8s.io/cri-tools the module proxy has.
 CRICTL_VERSION=${CRICTL_VERSION:-1.34.0}
-CAPI_VERSION=${CAPI_VERSION:-1.13.5}
+# Cluster API core, CABPK and KCP on the plane: the newest release whose core module the Go
+# module proxy has (v1.14.2; CAPI_VERSION=1.13.5 runs the previous minor, also proven). Keep
+# tests/common/capi_e2e.rs's CAPI_VERSION in step (tests/hack_scripts.rs checks).
+CAPI_VERSION=${CAPI_VERSION:-1.14.2}
 # Upstream CAPD, the benchmark peer of hack/bench.sh: the newest release for which the Go module
 # proxy has both the test module and the core module it needs (test has v1.13.7+ and v1.14.1-4, core
 # v1.13.4-6 and v1.14.2 only).

@@ -91,3 +91,28 @@ fn a_process_that_exits_instead_of_getting_ready_is_replaced() {
         ["pidfile removed", "kept the ready one", "none running"]
     );
 }
+
+/// The e2e tests look for the binaries hack/lib.sh builds by version (clusterctl under
+/// `capi-v<CAPI_VERSION>`, the node image `kindest/node:v<K8S_VERSION>`): a default changed in
+/// one place only would send them after a build that does not exist.
+#[test]
+fn the_tests_expect_the_versions_hack_builds() {
+    let out = bash("source hack/lib.sh && echo \"$K8S_VERSION $CAPI_VERSION\"");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let built: Vec<&str> = stdout.split_whitespace().collect();
+    let tests = include_str!("common/capi_e2e.rs");
+    let expected = |name: &str| {
+        let prefix = format!("pub const {name}: &str = \"");
+        tests
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.strip_suffix("\";"))
+            .unwrap_or_else(|| panic!("tests/common/capi_e2e.rs defines {name}"))
+            .to_string()
+    };
+    assert_eq!(
+        built,
+        [expected("K8S_VERSION"), expected("CAPI_VERSION")],
+        "hack/lib.sh's K8S_VERSION and CAPI_VERSION"
+    );
+}

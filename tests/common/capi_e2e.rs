@@ -13,9 +13,10 @@ use serde_json::json;
 
 use super::*;
 
-/// The versions hack/lib.sh builds (K8S_VERSION, CAPI_VERSION).
+/// The versions hack/lib.sh builds (K8S_VERSION, CAPI_VERSION); `tests/hack_scripts.rs` checks
+/// they are the same.
 pub const K8S_VERSION: &str = "1.35.4";
-pub const CAPI_VERSION: &str = "1.13.5";
+pub const CAPI_VERSION: &str = "1.14.2";
 
 /// A binary built by `hack/build-binaries.sh`.
 pub fn bin(rel: &str) -> String {
