@@ -29,8 +29,9 @@
 #                rendered by `clusterctl generate cluster` dry-run applied too, with and
 #                without DOCKER_NODE_IMAGE
 #   topology     the development flavor's ClusterClass (renamed for the run) is created and
-#                reconciled by CAPI, then its Cluster passes the topology webhook against it,
-#                and a Cluster with a wrongly typed variable is rejected (needs hack/capi.sh)
+#                reconciled by CAPI, then its Cluster and the development-mp flavor's pass the
+#                topology webhook against it, and a Cluster with a wrongly typed variable is
+#                rejected (needs hack/capi.sh)
 #   image        hack/build-image.sh; the image runs like the pod (the Deployment's args, the
 #                Docker socket, root without capabilities, read-only root filesystem), with
 #                --network host and a token of the ServiceAccount of config/rbac; /healthz and
@@ -431,10 +432,20 @@ check_topology() {
     -o go-template='{{range .status.conditions}}{{.type}}={{.status}} {{.reason}} {{.message}}{{"\n"}}{{end}}')
   sed 's/^/    ClusterClass /' <<<"$conds"
   grep -q '^VariablesReady=True ' <<<"$conds" || fail "ClusterClass $class: VariablesReady is not True"
-  local out
-  out=$("$KUBECTL" apply --dry-run=server -f "$WORK/topology-cluster.yaml" 2>&1) || { echo "$out"; fail "the Cluster of the development flavor does not validate against its ClusterClass"; }
-  echo "$out" | sed 's/^/    /'
-  ! grep -q 'not been fully validated' <<<"$out" || fail "the topology webhook did not validate the Cluster against the ClusterClass"
+  local out flavor
+  # The development-mp flavor's Cluster (workers in a MachinePool) against the same class.
+  [[ -s "$WORK/cluster-development-mp.yaml" ]] || fail "no rendered development-mp flavor (dry-run-templates failed)"
+  sed "s/quick-start/$class/g" "$WORK/cluster-development-mp.yaml" | awk '
+    /^---/ { if (doc ~ /(^|\n)kind: Cluster\n/) printf "---\n%s", doc; doc = ""; next } { doc = doc $0 "\n" }
+    END { if (doc ~ /(^|\n)kind: Cluster\n/) printf "---\n%s", doc }' > "$WORK/topology-cluster-mp.yaml"
+  grep -q 'machinePools:' "$WORK/topology-cluster-mp.yaml" || fail "no MachinePool in the development-mp flavor's Cluster"
+  for flavor in development development-mp; do
+    local f=$WORK/topology-cluster.yaml
+    [[ $flavor == development ]] || f=$WORK/topology-cluster-mp.yaml
+    out=$("$KUBECTL" apply --dry-run=server -f "$f" 2>&1) || { echo "$out"; fail "the Cluster of the $flavor flavor does not validate against its ClusterClass"; }
+    echo "$out" | sed 's/^/    /'
+    ! grep -q 'not been fully validated' <<<"$out" || fail "the topology webhook did not validate the $flavor Cluster against the ClusterClass"
+  done
   # And it does reject what the class forbids: a customImage that is not a string.
   sed 's/^\(  *\)value: ""$/\1value: 42/' "$WORK/topology-cluster.yaml" > "$WORK/topology-bad.yaml"
   grep -q 'value: 42' "$WORK/topology-bad.yaml" || fail "could not build the negative case"
