@@ -5,7 +5,8 @@
 //!
 //! Asserted through the workload cluster's own API (its kubeconfig Secret, through our load
 //! balancer): every Node Ready with our providerID and every Machine's nodeRef set; a Deployment
-//! spread over the two workers Running, pod-to-pod traffic across nodes and a Service answering;
+//! spread over the two workers Running, pod-to-pod traffic across nodes and a Service answering
+//! by address and by name (CoreDNS);
 //! KCP 1 → 3 (three LB backends) and back to 1 with the API answering through the load balancer
 //! all along; the MachineDeployment 2 → 3 → 1; a MachinePool 1 → 2 → 1 (CAPI's "MachinePool
 //! Machines" on our DockerMachinePool); deletion leaving no container, volume or network.
@@ -304,6 +305,19 @@ async fn the_default_template_gives_a_workload_cluster_whose_nodes_go_ready() {
                 .ok()
                 .filter(|r| r.contains("200 OK"))
         })
+        .await;
+        // And by name: the pod's resolver is CoreDNS, which forwards what it does not serve
+        // to the node's resolv.conf (the node image's DNS setup; CoreDNS stopped on "Loop
+        // detected" before it).
+        eventually(
+            Duration::from_secs(120),
+            "the Service answers by name",
+            || async {
+                http_from_client(&kc, "web", 80)
+                    .ok()
+                    .filter(|r| r.contains("200 OK"))
+            },
+        )
         .await;
 
         // KCP 1 -> 3: three Ready control-plane Nodes, three LB backends.
