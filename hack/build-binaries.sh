@@ -3,7 +3,7 @@
 # `capi`, the Cluster API v$CAPI_VERSION managers and clusterctl, with `capd-upstream` upstream
 # CAPD's manager (the benchmark peer), all from the Go module proxy
 # through throwaway wrapper modules. Binaries are cached in $BIN_DIR keyed by version.
-#   hack/build-binaries.sh [kube|kcm|node|etcd|coredns|crictl|capi|all]   (default: kube etcd)
+#   hack/build-binaries.sh [kube|kcm|node|etcd|coredns|crictl|capi|kind|all]   (default: kube etcd)
 # (kcm = kube-controller-manager; node = every Kubernetes binary a kind-style node image needs;
 #  all three use one wrapper module)
 source "$(dirname "$0")/lib.sh"
@@ -211,6 +211,17 @@ build_capd_upstream() {
   log "built $out/manager"
 }
 
+# The kind CLI (sigs.k8s.io/kind, a plain main module: no wrapper needed). Only the CLI: kind's
+# own node image build uses Debian trixie (systemd 257 refuses cgroup v1); hack/kind.sh gives it
+# ours.
+build_kind() {
+  local out="$BIN_DIR/kind-v$KIND_VERSION"
+  if [[ -x "$out/kind" ]]; then log "kind v$KIND_VERSION cached"; return; fi
+  log "building kind v$KIND_VERSION (cold: ~1 min)"
+  (cd /tmp && GOBIN="$out" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kind@v$KIND_VERSION")
+  log "built $out/kind"
+}
+
 # Where upstream CAPD's CRDs live (config/crd/bases of the test module).
 capd_upstream_crd_dir() {
   local dir
@@ -234,6 +245,7 @@ for t in "${targets[@]}"; do
     node) build_node ;;
     coredns) build_coredns ;;
     crictl) build_crictl ;;
+    kind) build_kind ;;
     all) build_etcd; build_kube; build_kcm; build_capi ;;
     capi-module-dir) capi_module_dir ;;
     capd-upstream) build_capd_upstream ;;

@@ -29,6 +29,9 @@ CAPI_VERSION=${CAPI_VERSION:-1.14.2}
 # v1.13.4-6 and v1.14.2 only).
 CAPD_UPSTREAM_VERSION=${CAPD_UPSTREAM_VERSION:-1.14.2}
 
+# The kind CLI of hack/kind.sh (management clusters from our node image): the newest on the proxy.
+KIND_VERSION=${KIND_VERSION:-0.33.0}
+
 # Cache outside the repository: built binaries, images' rootfs tarballs, Go caches.
 CACHE_DIR=${CAPD_RS_CACHE:-$HOME/.cache/capd-rs}
 BIN_DIR="$CACHE_DIR/bin"

@@ -43,6 +43,8 @@ hack/capi.sh up
 step "end-to-end tests driven by the real Cluster API (light nodes; real Kubernetes nodes)"
 cargo test --locked --test e2e
 cargo test --locked --test e2e_nodes -- --nocapture
+step "a kind management cluster from the node image (hack/kind.sh; kind built from the Go module proxy)"
+cargo test --locked --test kind_management
 step "every verb config/rbac grants was used by a test manager"
 cargo test --locked --test rbac -- --ignored every_shipped_verb_is_used
 

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# A kind management cluster made from this project's node image (kindest/node:v$K8S_VERSION,
+# built by hack/node-image.sh; kind's own image build needs cgroup v2). The kind CLI is built
+# from the Go module proxy. The node gets the host's Docker socket (for capd-rs running as a
+# Pod, as upstream's docs set it up) and a kubelet told to run on a cgroup v1 host. The cluster
+# lives on a network of its own, created here with a label, so `down` removes exactly what `up`
+# made.
+#   hack/kind.sh up       create the cluster (kept if it exists); kubeconfig: $KIND_DIR/kubeconfig
+#   hack/kind.sh down     delete the cluster and its network
+#   hack/kind.sh status
+source "$(dirname "$0")/lib.sh"
+
+KIND_CLUSTER=${KIND_CLUSTER:-capd-rs-mgmt}
+KIND_DIR="$CACHE_DIR/kind/$KIND_CLUSTER"
+KIND_KUBECONFIG="$KIND_DIR/kubeconfig"
+KIND="$BIN_DIR/kind-v$KIND_VERSION/kind"
+NODE_IMAGE=${NODE_IMAGE:-kindest/node:v$K8S_VERSION}
+# kind puts its nodes on this network instead of its shared "kind" one.
+export KIND_EXPERIMENTAL_DOCKER_NETWORK=${KIND_EXPERIMENTAL_DOCKER_NETWORK:-capd-rs-kind}
+NETWORK_LABEL="capd-rs.kind/network=$KIND_EXPERIMENTAL_DOCKER_NETWORK"
+
+exists() { "$KIND" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; }
+
+config() {
+  cat <<EOF
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  apiServerAddress: 127.0.0.1
+nodes:
+- role: control-plane
+  extraMounts:
+  - hostPath: /var/run/docker.sock
+    containerPath: /var/run/docker.sock
+kubeadmConfigPatches:
+- |
+  kind: KubeletConfiguration
+  failCgroupV1: false
+EOF
+}
+
+up() {
+  "$HACK_DIR/build-binaries.sh" kind
+  docker image inspect "$NODE_IMAGE" >/dev/null 2>&1 || die "no image $NODE_IMAGE: run hack/node-image.sh"
+  mkdir -p "$KIND_DIR"
+  if exists; then
+    log "kind cluster $KIND_CLUSTER exists"
+  else
+    docker network inspect "$KIND_EXPERIMENTAL_DOCKER_NETWORK" >/dev/null 2>&1 ||
+      docker network create --label "$NETWORK_LABEL" "$KIND_EXPERIMENTAL_DOCKER_NETWORK" >/dev/null
+    config > "$KIND_DIR/config.yaml"
+    local start=$SECONDS
+    "$KIND" create cluster --name "$KIND_CLUSTER" --image "$NODE_IMAGE" --config "$KIND_DIR/config.yaml" \
+      --kubeconfig "$KIND_KUBECONFIG" --wait 180s
+    log "kind cluster $KIND_CLUSTER up in $((SECONDS - start))s"
+  fi
+  # kind rewrites the file on create only: keep it current for a cluster that already existed.
+  "$KIND" get kubeconfig --name "$KIND_CLUSTER" > "$KIND_KUBECONFIG"
+  log "kubeconfig: $KIND_KUBECONFIG"
+}
+
+down() {
+  if [[ -x $KIND ]] && exists; then
+    "$KIND" delete cluster --name "$KIND_CLUSTER" --kubeconfig "$KIND_KUBECONFIG"
+  fi
+  # Our network only (by label), and only once no container uses it.
+  local id
+  id=$(docker network ls -q --filter "label=$NETWORK_LABEL" --filter "name=^$KIND_EXPERIMENTAL_DOCKER_NETWORK\$")
+  if [[ -n $id && -z $(docker network inspect -f '{{range .Containers}}{{.Name}} {{end}}' "$id") ]]; then
+    docker network rm "$id" >/dev/null
+  fi
+  rm -rf "$KIND_DIR"
+}
+
+status() {
+  if [[ -x $KIND ]] && exists; then
+    echo "  kind/$KIND_CLUSTER    up (kubeconfig $KIND_KUBECONFIG)"
+  else
+    echo "  kind/$KIND_CLUSTER    down"
+  fi
+}
+
+case ${1:-} in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac
