@@ -93,22 +93,27 @@ async fn a_kind_management_cluster_from_our_node_image() {
     .await;
 
     // Names through CoreDNS: a Service, and the node's container name (Docker's resolver, which
-    // CoreDNS forwards to through the node's resolv.conf).
-    let pod = format!(
-        r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "dns"}},
-        "spec": {{"restartPolicy": "Never", "containers": [{{"name": "dns",
-        "image": "registry.k8s.io/kube-proxy:v{}", "imagePullPolicy": "Never",
-        "command": ["sh", "-c", "getent hosts kubernetes.default.svc.cluster.local && getent ahostsv4 {node}"]}}]}}}}"#,
-        common::capi_e2e::K8S_VERSION
+    // CoreDNS forwards to through the node's resolv.conf). Tried for up to a minute: CoreDNS
+    // Ready does not yet mean kube-proxy has programmed the kube-dns Service (a first CI run
+    // looked up too early).
+    let lookups = format!(
+        "for i in $(seq 60); do getent hosts kubernetes.default.svc.cluster.local && \
+         getent ahostsv4 {node} && exit 0; echo attempt $i failed; sleep 1; done; exit 1"
     );
+    let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dns"},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "dns",
+        "image": format!("registry.k8s.io/kube-proxy:v{}", common::capi_e2e::K8S_VERSION),
+        "imagePullPolicy": "Never", "command": ["sh", "-c", lookups]}]}})
+    .to_string();
     wl(&kc, &["apply", "-f", "-"], Some(&pod)).unwrap();
-    let phase = eventually(Duration::from_secs(120), "the dns Pod done", || async {
+    let phase = eventually(Duration::from_secs(180), "the dns Pod done", || async {
         let p = wl_json(&kc, &["get", "pod", "dns"])?;
         let phase = p["status"]["phase"].as_str()?.to_string();
         (phase == "Succeeded" || phase == "Failed").then_some(phase)
     })
     .await;
     let logs = wl(&kc, &["logs", "dns"], None).unwrap_or_default();
+    eprintln!("name lookups from a Pod:\n{logs}");
     assert_eq!(phase, "Succeeded", "name lookups from a Pod: {logs}");
     assert!(logs.contains("10.96.0.1"), "the kubernetes Service: {logs}");
     assert!(
