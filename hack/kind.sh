@@ -3,8 +3,9 @@
 # built by hack/node-image.sh; kind's own image build needs cgroup v2). The kind CLI is built
 # from the Go module proxy. The node gets the host's Docker socket (for capd-rs running as a
 # Pod, as upstream's docs set it up) and a kubelet told to run on a cgroup v1 host. The cluster
-# lives on a network of its own, created here with a label, so `down` removes exactly what `up`
-# made.
+# lives on the `kind` network, where capd-rs puts workload containers by default (--docker-network),
+# so the management cluster reaches their load balancers. `up` creates that network with a label
+# when it is missing, and `down` removes it only if it carries that label and nothing uses it.
 #   hack/kind.sh up       create the cluster (kept if it exists); kubeconfig: $KIND_DIR/kubeconfig
 #   hack/kind.sh down     delete the cluster and its network
 #   hack/kind.sh status
@@ -15,8 +16,8 @@ KIND_DIR="$CACHE_DIR/kind/$KIND_CLUSTER"
 KIND_KUBECONFIG="$KIND_DIR/kubeconfig"
 KIND="$BIN_DIR/kind-v$KIND_VERSION/kind"
 NODE_IMAGE=${NODE_IMAGE:-kindest/node:v$K8S_VERSION}
-# kind puts its nodes on this network instead of its shared "kind" one.
-export KIND_EXPERIMENTAL_DOCKER_NETWORK=${KIND_EXPERIMENTAL_DOCKER_NETWORK:-capd-rs-kind}
+# The network of kind's nodes (kind's default name; the tests use one of their own).
+export KIND_EXPERIMENTAL_DOCKER_NETWORK=${KIND_EXPERIMENTAL_DOCKER_NETWORK:-kind}
 NETWORK_LABEL="capd-rs.kind/network=$KIND_EXPERIMENTAL_DOCKER_NETWORK"
 
 exists() { "$KIND" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; }
