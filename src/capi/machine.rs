@@ -2,7 +2,7 @@
 use kube::{CustomResource, ResourceExt};
 use serde::{Deserialize, Serialize};
 
-use super::{CLUSTER_NAME_LABEL, CONTROL_PLANE_LABEL, CapiCondition, ContractRef};
+use super::{CONTROL_PLANE_LABEL, CapiCondition, ContractRef};
 
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -48,11 +48,7 @@ pub struct MachineStatus {
 impl Machine {
     /// The cluster this Machine belongs to: the cluster-name label, else `spec.clusterName`.
     pub fn cluster_name(&self) -> Option<&str> {
-        self.labels()
-            .get(CLUSTER_NAME_LABEL)
-            .map(String::as_str)
-            .or(self.spec.cluster_name.as_deref())
-            .filter(|n| !n.is_empty())
+        super::cluster_name(&self.metadata, self.spec.cluster_name.as_deref())
     }
 
     pub fn is_control_plane(&self) -> bool {

@@ -1,8 +1,8 @@
 //! `cluster.x-k8s.io/v1beta2` MachinePool, the fields we read.
-use kube::{CustomResource, ResourceExt};
+use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
-use super::{Bootstrap, CLUSTER_NAME_LABEL, ContractRef};
+use super::{Bootstrap, ContractRef};
 
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -42,12 +42,9 @@ pub struct MachineTemplateSpec {
 }
 
 impl MachinePool {
+    /// As [`super::cluster_name`].
     pub fn cluster_name(&self) -> Option<&str> {
-        self.labels()
-            .get(CLUSTER_NAME_LABEL)
-            .map(String::as_str)
-            .or(self.spec.cluster_name.as_deref())
-            .filter(|n| !n.is_empty())
+        super::cluster_name(&self.metadata, self.spec.cluster_name.as_deref())
     }
 
     pub fn replicas(&self) -> usize {

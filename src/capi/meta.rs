@@ -2,7 +2,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::{Cluster, GROUP, MANAGED_BY_ANNOTATION, PAUSED_ANNOTATION};
+use super::{CLUSTER_NAME_LABEL, Cluster, GROUP, MANAGED_BY_ANNOTATION, PAUSED_ANNOTATION};
 
 /// The owner reference of `kind` in group `cluster.x-k8s.io`, whatever its version or
 /// controller flag (CAPI v1.13+ sets `controller: true` only for ClusterClass clusters).
@@ -15,6 +15,20 @@ pub fn capi_owner<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a OwnerRefer
 
 /// Externally managed objects (annotation `cluster.x-k8s.io/managed-by`, any value) are left
 /// entirely alone.
+/// The cluster a Machine or MachinePool belongs to: the cluster-name label CAPI sets, else its
+/// `spec.clusterName` (before CAPI has labelled it).
+pub fn cluster_name<'a>(
+    meta: &'a ObjectMeta,
+    spec_cluster_name: Option<&'a str>,
+) -> Option<&'a str> {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(CLUSTER_NAME_LABEL))
+        .map(String::as_str)
+        .or(spec_cluster_name)
+        .filter(|n| !n.is_empty())
+}
+
 pub fn is_externally_managed(meta: &ObjectMeta) -> bool {
     meta.annotations
         .as_ref()

@@ -13,7 +13,7 @@ use serde::de::DeserializeOwned;
 use super::error::Result;
 use crate::{
     api::DockerCluster,
-    capi::{Cluster, Machine},
+    capi::{Cluster, Machine, MachinePool},
 };
 
 /// Read handles of the shared caches.
@@ -22,6 +22,9 @@ pub struct Caches {
     pub clusters: Store<Cluster>,
     pub machines: Store<Machine>,
     pub docker_clusters: Store<DockerCluster>,
+    /// Read by the pool controller and by every reconcile of a pool's instance (its bootstrap
+    /// data and version are the MachinePool's).
+    pub machine_pools: Store<MachinePool>,
 }
 
 /// The write ends, consumed by the watches in [`super::run`].
@@ -29,6 +32,7 @@ pub struct CacheWriters {
     pub clusters: Writer<Cluster>,
     pub machines: Writer<Machine>,
     pub docker_clusters: Writer<DockerCluster>,
+    pub machine_pools: Writer<MachinePool>,
 }
 
 /// Empty caches and the writers that fill them.
@@ -36,16 +40,19 @@ pub fn caches() -> (Caches, CacheWriters) {
     let (clusters, cw) = reflector::store();
     let (machines, mw) = reflector::store();
     let (docker_clusters, dw) = reflector::store();
+    let (machine_pools, pw) = reflector::store();
     (
         Caches {
             clusters,
             machines,
             docker_clusters,
+            machine_pools,
         },
         CacheWriters {
             clusters: cw,
             machines: mw,
             docker_clusters: dw,
+            machine_pools: pw,
         },
     )
 }
@@ -59,6 +66,7 @@ impl Caches {
             self.clusters.wait_until_ready(),
             self.machines.wait_until_ready(),
             self.docker_clusters.wait_until_ready(),
+            self.machine_pools.wait_until_ready(),
         );
     }
 }

@@ -229,9 +229,12 @@ pub async fn run<S, C, M, A>(
     let pools_of_cluster = dmp_store.clone();
     let pools = Controller::for_stream(dmp_stream, dmp_store)
         .watches_stream(
-            watch(scope.api::<MachinePool>(&client), &wc)
-                .touched_objects()
-                .predicate_filter(predicates::machine_pool, Default::default()),
+            filtered(
+                scope.api::<MachinePool>(&client),
+                &wc,
+                writers.machine_pools,
+                predicates::machine_pool,
+            ),
             mappers::machine_pool_to_docker_machine_pool,
         )
         .watches_stream(

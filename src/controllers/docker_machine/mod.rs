@@ -54,9 +54,7 @@ async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
     let c = &ctx.caches;
     let mut machine = caches::get(&c.machines, &ctx.client, &ns, &owner.name).await?;
     if let (Some(m), Some(pool)) = (&machine, dm.labels().get(capi::MACHINE_POOL_NAME_LABEL)) {
-        let pool = Api::<capi::MachinePool>::namespaced(ctx.client.clone(), &ns)
-            .get_opt(pool)
-            .await?;
+        let pool = caches::get(&c.machine_pools, &ctx.client, &ns, pool).await?;
         machine = pool.map(|p| Arc::new(pool_instance(m, &p)));
     }
     let cluster_name = machine

@@ -6,8 +6,8 @@
 //! node booted from the pool's bootstrap data. Scaling down deletes Machines, so CAPI drains
 //! their nodes first.
 //!
-//! fetch ([`decide::Fetched`]: the MachinePool, its Cluster, the instances and their Machines,
-//! read from the API server: the counts must not lag) -> decide ([`decide::decide`], pure) ->
+//! fetch ([`decide::Fetched`]: the MachinePool and its Cluster from the caches, the instances and
+//! their Machines listed from the API server: the counts must not lag) -> decide ([`decide::decide`], pure) ->
 //! act (create, delete) -> spec and status.
 pub mod decide;
 
@@ -35,7 +35,7 @@ use crate::{
         DockerMachine, DockerMachinePool, DockerMachinePoolStatus, DockerMachineSpec,
         conditions::{self, Desired, reasons, types},
     },
-    capi::{self, CLUSTER_NAME_LABEL, MACHINE_POOL_NAME_LABEL, Machine, MachinePool},
+    capi::{self, CLUSTER_NAME_LABEL, MACHINE_POOL_NAME_LABEL, Machine},
     docker::naming,
 };
 
@@ -65,10 +65,8 @@ async fn fetch(dmp: &DockerMachinePool, ctx: &Context) -> Result<Fetched> {
     let Some(owner) = capi::capi_owner(&dmp.metadata, "MachinePool") else {
         return Ok(Fetched::default());
     };
-    let machine_pool = Api::<MachinePool>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(&owner.name)
-        .await?
-        .map(Arc::new);
+    let machine_pool =
+        caches::get(&ctx.caches.machine_pools, &ctx.client, &ns, &owner.name).await?;
     let Some(cluster_name) = machine_pool
         .as_ref()
         .and_then(|mp| mp.cluster_name().map(str::to_string))
