@@ -40,13 +40,15 @@ pub fn machine_pool(mp: &crate::capi::MachinePool) -> Option<u64> {
 }
 
 /// An instance matters to its pool for what the pool counts: providerID, provisioned, owners
-/// (CAPI core adds the Machine), annotations (delete-machine) and deletion.
+/// (CAPI core adds the Machine), annotations (delete-machine) and deletion. Any other
+/// DockerMachine hashes to a constant, so only its first sighting passes (kube passes every
+/// event of an object whose predicate gives `None`).
 pub fn pool_instance(dm: &crate::api::DockerMachine) -> Option<u64> {
     if !dm
         .labels()
         .contains_key(crate::capi::MACHINE_POOL_NAME_LABEL)
     {
-        return None;
+        return Some(0);
     }
     hash((
         own(dm),
@@ -142,6 +144,34 @@ mod tests {
     use crate::capi::{
         CapiCondition, ClusterInitialization, ClusterSpec, ClusterStatus, MachineSpec,
     };
+
+    #[test]
+    fn only_pool_instances_pass_to_the_pool_controller() {
+        use crate::api::{DockerMachine, DockerMachineSpec};
+        let mut dm = DockerMachine::new("m", DockerMachineSpec::default());
+        let other = pool_instance(&dm);
+        dm.spec.provider_id = Some("docker:////c-m".into());
+        assert_eq!(
+            pool_instance(&dm),
+            other,
+            "not an instance: never passes again"
+        );
+        dm.metadata.labels = Some(
+            [(
+                crate::capi::MACHINE_POOL_NAME_LABEL.to_string(),
+                "p".to_string(),
+            )]
+            .into(),
+        );
+        let instance = pool_instance(&dm);
+        assert_ne!(instance, other);
+        dm.spec.provider_id = None;
+        assert_ne!(
+            pool_instance(&dm),
+            instance,
+            "an instance's providerID counts"
+        );
+    }
 
     #[test]
     fn cluster_status_noise_is_ignored_but_facts_are_not() {
