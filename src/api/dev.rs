@@ -34,6 +34,22 @@ use super::{
 /// provider serves; its value is the backend's name. The controllers then only report it.
 pub const UNSERVED_BACKEND: &str = "capd-rs.infrastructure.cluster.x-k8s.io/unserved-backend";
 
+/// The backend a view is marked with ([`UNSERVED_BACKEND`]), if any.
+pub fn unserved_backend(meta: &KubeMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()?
+        .get(UNSERVED_BACKEND)
+        .map(String::as_str)
+}
+
+/// What the condition of an object with an unserved backend says.
+pub fn unserved_message(kind: &str, backend: &str) -> String {
+    format!(
+        "spec.backend.{backend} is not served by this provider (upstream's test backend): \
+         only spec.backend.docker is; create the {kind} with a docker backend instead"
+    )
+}
+
 /// Upstream's in-memory backend: kept as written, never acted on.
 pub(crate) fn in_memory_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({

@@ -59,7 +59,7 @@ pub struct Target<'a> {
 
 pub async fn reconcile(
     t: &Target<'_>,
-    patcher: &mut Patcher<DockerMachine>,
+    patcher: &mut Patcher,
     ctx: &Context,
     status: &mut DockerMachineStatus,
 ) -> Result<Outcome> {
@@ -223,7 +223,7 @@ pub async fn reconcile(
 /// needs its own bootstrap.
 pub async fn reset(
     dm: &DockerMachine,
-    patcher: &mut Patcher<DockerMachine>,
+    patcher: &mut Patcher,
     ctx: &Context,
     status: &mut DockerMachineStatus,
 ) -> Result<()> {
@@ -251,10 +251,7 @@ fn started_at(dm: &DockerMachine) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-async fn set_started_at(
-    patcher: &mut Patcher<DockerMachine>,
-    at: Option<DateTime<Utc>>,
-) -> Result<()> {
+async fn set_started_at(patcher: &mut Patcher, at: Option<DateTime<Utc>>) -> Result<()> {
     patcher
         .annotations(json!({ STARTED_AT: at.map(|t| t.to_rfc3339()) }))
         .await
