@@ -238,9 +238,11 @@ impl Provisioning<'_> {
         if let Some(wait) = self.set_node_provider_id(&name, &provider_id).await? {
             return Ok(wait);
         }
-        // providerID in spec first: CAPI core needs it together with provisioned=true.
+        // providerID in spec first: CAPI core needs it together with provisioned=true. (Not the
+        // deprecated `bootstrapped`: upstream v1.14 dropped it, nothing reads it, and a DevMachine
+        // has no such field at the top of its spec.)
         self.patcher
-            .spec(json!({ "providerID": provider_id, "bootstrapped": true }))
+            .spec(json!({ "providerID": provider_id }))
             .await?;
         status.initialization = Some(Initialization {
             provisioned: Some(true),
