@@ -125,7 +125,17 @@ async fn cluster_and_machines_lifecycle() {
             let st = dm.status.clone().unwrap();
             assert_eq!(st.initialization.and_then(|i| i.provisioned), Some(true));
             assert!(is_true(st.conditions.as_ref(), "ContainerProvisioned"));
-            assert!(is_true(st.conditions.as_ref(), "BootstrapExecSucceeded"));
+            // Upstream v1.14's bootstrap conditions, and not v1.13's.
+            for t in ["CGroupsReady", "PreLoadedImagesReady", "BootstrapCompleted"] {
+                assert!(is_true(st.conditions.as_ref(), t), "{t}");
+            }
+            assert!(
+                !st.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "BootstrapExecSucceeded"),
+                "v1.13's condition is gone"
+            );
             assert!(is_true(st.conditions.as_ref(), "Ready"));
             let info = inspect(&docker, &container).await.expect("node container");
             let addrs = st.addresses.unwrap();
@@ -350,13 +360,13 @@ async fn failing_and_invalid_bootstrap_data_give_conditions() {
             env.create_machine(&ns, &name, m, false, *secret, node_spec()).await;
         }
         for (m, _, reason, fragments) in &cases {
-            let dm = eventually(LONG, &format!("{m}: BootstrapExecSucceeded reason {reason}"), || async {
+            let dm = eventually(LONG, &format!("{m}: BootstrapCompleted reason {reason}"), || async {
                 env.docker_machine(&ns, m).await.filter(|dm| {
-                    dm.cond("BootstrapExecSucceeded").is_some_and(|c| c.reason == *reason)
+                    dm.cond("BootstrapCompleted").is_some_and(|c| c.reason == *reason)
                 })
             })
             .await;
-            let c = dm.cond("BootstrapExecSucceeded").unwrap().clone();
+            let c = dm.cond("BootstrapCompleted").unwrap().clone();
             assert_eq!(c.status, ConditionStatus::False);
             for f in fragments {
                 assert!(c.message.contains(f), "{m}: {:?} should contain {f:?}", c.message);
@@ -634,7 +644,7 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
             // can: the first runcmd entry has written /etc/starts.
             eventually(LONG, "the slow bootstrap step running", || async {
                 r.docker_machine(&ns, &cp).await.filter(|dm| {
-                    dm.cond("BootstrapExecSucceeded")
+                    dm.cond("BootstrapCompleted")
                         .is_some_and(|c| c.reason == "Bootstrapping")
                 })?;
                 (exec(&docker, &cp, "test -f /etc/starts").await.0 == 0).then_some(())
@@ -662,7 +672,7 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
                 "waiting for the earlier manager's bootstrap",
                 || async {
                     r.docker_machine(&ns, &cp).await.filter(|dm| {
-                        dm.cond("BootstrapExecSucceeded").is_some_and(|c| {
+                        dm.cond("BootstrapCompleted").is_some_and(|c| {
                             c.reason == "Bootstrapping"
                                 && c.message.contains("by an earlier manager process")
                         })

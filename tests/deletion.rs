@@ -228,7 +228,7 @@ async fn deleting_mid_bootstrap_and_after_the_machine_is_gone() {
             .await;
         eventually(LONG, "bootstrap running", || async {
             env.docker_machine(&ns, &slow_dm).await.filter(|dm| {
-                dm.cond("BootstrapExecSucceeded")
+                dm.cond("BootstrapCompleted")
                     .is_some_and(|c| c.reason == "Bootstrapping" && c.message.contains("sleep"))
             })
         })

@@ -88,14 +88,14 @@ async fn real_capi_drives_a_cluster_from_the_default_template() {
             docker_machines(&env, &ns)
                 .await
                 .into_iter()
-                .find(|dm| is_cp(dm) && dm.has_reason("BootstrapExecSucceeded", "BootstrapFailed"))
+                .find(|dm| is_cp(dm) && dm.has_reason("BootstrapCompleted", "BootstrapFailed"))
         })
         .await;
         assert!(
             cp.owner_references().iter().any(|o| o.kind == "Machine"),
             "core owns the DockerMachine"
         );
-        let msg = &cp.cond("BootstrapExecSucceeded").unwrap().message;
+        let msg = &cp.cond("BootstrapCompleted").unwrap().message;
         assert!(msg.contains("kubeadm") && msg.contains("code 127"), "{msg}");
         let cp_container = cp.name_any();
         assert!(cp_container.starts_with(&name));

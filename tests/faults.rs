@@ -622,7 +622,7 @@ async fn manager_killed_during_bootstrap() {
     let fault = Fault {
         name: "manager killed (SIGKILL) during bootstrap",
         measured_from: "the new manager is ready",
-        user_sees: "BootstrapExecSucceeded False \"started by an earlier manager process\" until the sentinel appears; nothing runs twice",
+        user_sees: "BootstrapCompleted False \"started by an earlier manager process\" until the sentinel appears; nothing runs twice",
     };
     let mut env = TestEnv::new("kboot").await;
     env.start_manager(&[], None);
@@ -638,7 +638,7 @@ async fn manager_killed_during_bootstrap() {
                     // run in one exec, so the condition cannot say which; the node can).
                     for m in &fx.machines {
                         fx.docker_machine(m).await.filter(|dm| {
-                            dm.cond("BootstrapExecSucceeded")
+                            dm.cond("BootstrapCompleted")
                                 .is_some_and(|c| c.reason == "Bootstrapping")
                         })?;
                         if exec(&fx.docker, m, "test -f /etc/starts").await.0 != 0 {

@@ -12,7 +12,14 @@ pub mod types {
     pub const PAUSED: &str = "Paused";
     pub const LOAD_BALANCER_AVAILABLE: &str = "LoadBalancerAvailable";
     pub const CONTAINER_PROVISIONED: &str = "ContainerProvisioned";
-    pub const BOOTSTRAP_EXEC_SUCCEEDED: &str = "BootstrapExecSucceeded";
+    /// DockerMachine (upstream v1.14): the node's init system and container runtime are up.
+    pub const CGROUPS_READY: &str = "CGroupsReady";
+    /// DockerMachine (upstream v1.14): `preLoadImages` are imported into the node.
+    pub const PRE_LOADED_IMAGES_READY: &str = "PreLoadedImagesReady";
+    /// DockerMachine (upstream v1.14): the bootstrap commands ran to the success sentinel.
+    pub const BOOTSTRAP_COMPLETED: &str = "BootstrapCompleted";
+    /// What v1.13 and earlier capd-rs reported instead of the three above; dropped from status.
+    pub const LEGACY_BOOTSTRAP_EXEC_SUCCEEDED: &str = "BootstrapExecSucceeded";
     /// DockerMachinePool: every replica exists, is up to date and provisioned.
     pub const REPLICAS_READY: &str = "ReplicasReady";
 }
@@ -41,7 +48,12 @@ pub mod reasons {
     pub const PROVISIONED: &str = "Provisioned";
     pub const NOT_PROVISIONED: &str = "NotProvisioned";
     pub const NOT_SUCCEEDED: &str = "NotSucceeded";
-    pub const SUCCEEDED: &str = "Succeeded";
+    /// BootstrapCompleted: done.
+    pub const COMPLETED: &str = "Completed";
+    /// The bootstrap conditions before there is a container to run in.
+    pub const WAITING_FOR_CONTAINER: &str = "WaitingForContainer";
+    pub const WAITING_FOR_CGROUPS: &str = "WaitingForCGroups";
+    pub const WAITING_FOR_PRELOADED_IMAGES: &str = "WaitingForPreloadedImages";
     /// Ours: bootstrap commands are running right now.
     pub const BOOTSTRAPPING: &str = "Bootstrapping";
     /// Ours: a bootstrap command exited non-zero (terminal: commands are not re-run).

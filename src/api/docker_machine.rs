@@ -67,7 +67,8 @@ pub struct DockerMachineSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DockerMachineStatus {
-    /// Conditions: Ready, Paused, ContainerProvisioned, BootstrapExecSucceeded.
+    /// Conditions: Ready, Paused, ContainerProvisioned, CGroupsReady, PreLoadedImagesReady,
+    /// BootstrapCompleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 32))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

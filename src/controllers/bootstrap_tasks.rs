@@ -17,13 +17,20 @@ use crate::{
     docker::ContainerRuntime,
 };
 
-/// How a finished bootstrap ended.
+/// How a finished bootstrap ended. `step` is where it stopped (1-based; one past the last
+/// step when every step ran but the success sentinel was missing).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Finished {
     Succeeded,
     /// A step failed; the message names the step, its exit code and redacted output.
-    Failed(String),
-    TimedOut(String),
+    Failed {
+        step: usize,
+        message: String,
+    },
+    TimedOut {
+        step: usize,
+        message: String,
+    },
 }
 
 /// The state of a machine's bootstrap as seen by a reconcile.
@@ -125,7 +132,10 @@ impl BootstrapTasks {
             let finished = match tokio::time::timeout(timeout, run).await {
                 Ok(Ok(())) => Finished::Succeeded,
                 // The runner logged the failure with its output tail.
-                Ok(Err(failure)) => Finished::Failed(failure.to_string()),
+                Ok(Err(failure)) => Finished::Failed {
+                    step: failure.step().map_or(total + 1, |f| f.number()),
+                    message: failure.to_string(),
+                },
                 Err(_) => {
                     // The node knows how far its script got; a step-by-step run reported it.
                     let (step, description) =
@@ -133,10 +143,13 @@ impl BootstrapTasks {
                             Some(done) if done < total => (done + 1, steps[done].description.clone()),
                             _ => lock(&p).clone(),
                         };
-                    Finished::TimedOut(format!(
-                        "bootstrap did not finish within {}s; it was at step {step}/{total}: {description}",
-                        timeout.as_secs()
-                    ))
+                    Finished::TimedOut {
+                        step,
+                        message: format!(
+                            "bootstrap did not finish within {}s; it was at step {step}/{total}: {description}",
+                            timeout.as_secs()
+                        ),
+                    }
                 }
             };
             info!(%container, result = ?finished_label(&finished), "bootstrap finished");
@@ -201,8 +214,8 @@ fn in_one_exec(steps: &[Step]) -> String {
 fn finished_label(f: &Finished) -> &'static str {
     match f {
         Finished::Succeeded => "succeeded",
-        Finished::Failed(_) => "failed",
-        Finished::TimedOut(_) => "timed out",
+        Finished::Failed { .. } => "failed",
+        Finished::TimedOut { .. } => "timed out",
     }
 }
 
@@ -255,7 +268,8 @@ mod tests {
         );
         done_rx.recv().await.unwrap();
         match tasks.poll("uid") {
-            TaskState::Finished(Finished::TimedOut(m)) => {
+            TaskState::Finished(Finished::TimedOut { step, message: m }) => {
+                assert_eq!(step, 3);
                 assert!(m.ends_with("it was at step 3/3: step 3"), "{m}")
             }
             other => panic!("{other:?}"),

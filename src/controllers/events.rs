@@ -77,7 +77,7 @@ mod tests {
     #[test]
     fn only_new_warnings_are_published() {
         let failed = Desired::false_(
-            types::BOOTSTRAP_EXEC_SUCCEEDED,
+            types::BOOTSTRAP_COMPLETED,
             reasons::BOOTSTRAP_FAILED,
             "step 3/9 failed: run kubeadm exited with code 1",
         );

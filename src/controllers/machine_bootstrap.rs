@@ -18,7 +18,7 @@ use serde_json::json;
 use tracing::info;
 
 use super::{
-    bootstrap_tasks::{Finished, TaskState},
+    bootstrap_tasks::{Finished, TaskState, WAITING_FOR_SLOT},
     context::Context,
     error::{Error, Result},
     load_balancer::argv,
@@ -27,7 +27,7 @@ use super::{
 use crate::{
     api::{
         DockerMachine, DockerMachineStatus,
-        conditions::{self, ConditionStatus, Desired, reasons, types},
+        conditions::{self, Desired, reasons, types},
     },
     bootstrap::{self, Format, Step},
     docker::RuntimeError,
@@ -57,6 +57,81 @@ pub struct Target<'a> {
     pub secret_name: &'a str,
 }
 
+/// Where in its bootstrap a node is, as upstream v1.14 reports it: step 1 waits for the init
+/// system and the container runtime (`CGroupsReady`), the next `images` steps import
+/// `preLoadImages` (`PreLoadedImagesReady`), the rest are the bootstrap commands
+/// (`BootstrapCompleted`). Step 0: not started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    CGroups,
+    Images,
+    Commands,
+}
+
+impl Phase {
+    pub fn of_step(step: usize, images: usize) -> Self {
+        match step {
+            0 | 1 => Phase::CGroups,
+            s if s <= 1 + images => Phase::Images,
+            _ => Phase::Commands,
+        }
+    }
+}
+
+/// The three bootstrap conditions while the node is at `at`: the phases before it True, this one
+/// False with `reason` and `message`, the ones after it waiting for it (pure).
+pub fn at_phase(at: Phase, reason: &'static str, message: String) -> [Desired; 3] {
+    let waiting = |t, r| Desired::false_(t, r, String::new());
+    let cgroups = match at {
+        Phase::CGroups => Desired::false_(types::CGROUPS_READY, reason, message.clone()),
+        _ => Desired::true_(types::CGROUPS_READY, reasons::READY),
+    };
+    let images = match at {
+        Phase::CGroups => waiting(types::PRE_LOADED_IMAGES_READY, reasons::WAITING_FOR_CGROUPS),
+        Phase::Images => Desired::false_(types::PRE_LOADED_IMAGES_READY, reason, message.clone()),
+        Phase::Commands => Desired::true_(types::PRE_LOADED_IMAGES_READY, reasons::READY),
+    };
+    let commands = match at {
+        Phase::CGroups => waiting(types::BOOTSTRAP_COMPLETED, reasons::WAITING_FOR_CGROUPS),
+        Phase::Images => waiting(
+            types::BOOTSTRAP_COMPLETED,
+            reasons::WAITING_FOR_PRELOADED_IMAGES,
+        ),
+        Phase::Commands => Desired::false_(types::BOOTSTRAP_COMPLETED, reason, message),
+    };
+    [cgroups, images, commands]
+}
+
+/// The three bootstrap conditions of a bootstrapped node.
+pub fn completed() -> [Desired; 3] {
+    [
+        Desired::true_(types::CGROUPS_READY, reasons::READY),
+        Desired::true_(types::PRE_LOADED_IMAGES_READY, reasons::READY),
+        Desired::true_(types::BOOTSTRAP_COMPLETED, reasons::COMPLETED),
+    ]
+}
+
+/// The bootstrap conditions, in the order [`at_phase`] gives them.
+pub const BOOTSTRAP_CONDITIONS: [&str; 3] = [
+    types::CGROUPS_READY,
+    types::PRE_LOADED_IMAGES_READY,
+    types::BOOTSTRAP_COMPLETED,
+];
+
+/// How many `preLoadImages` steps a bootstrap of `dm` has.
+fn image_steps(dm: &DockerMachine) -> usize {
+    pre_load_images(dm).count()
+}
+
+fn pre_load_images(dm: &DockerMachine) -> impl Iterator<Item = &str> {
+    dm.spec
+        .pre_load_images
+        .iter()
+        .flatten()
+        .map(|i| i.trim())
+        .filter(|i| !i.is_empty())
+}
+
 pub async fn reconcile(
     t: &Target<'_>,
     patcher: &mut Patcher,
@@ -66,32 +141,31 @@ pub async fn reconcile(
     let uid = t.dm.uid().unwrap_or_default();
     let ns = t.dm.namespace().unwrap_or_default();
     let (generation, now) = (t.dm.metadata.generation, Utc::now());
-    let current = status
-        .conditions
-        .as_deref()
-        .and_then(|c| conditions::get(c, types::BOOTSTRAP_EXEC_SUCCEEDED))
-        .cloned();
-    let mut set = |d: Desired| {
-        conditions::set(
-            status.conditions.get_or_insert_with(Vec::new),
-            &d,
-            generation,
-            now,
-        )
-    };
-    let succeeded = || Desired::true_(types::BOOTSTRAP_EXEC_SUCCEEDED, reasons::SUCCEEDED);
-    let terminal = current.as_ref().is_some_and(|c| {
-        c.reason == reasons::BOOTSTRAP_FAILED || c.reason == reasons::BOOTSTRAP_TIMED_OUT
+    let conds = status.conditions.as_deref().unwrap_or_default();
+    let done = conditions::is_true(conds, types::BOOTSTRAP_COMPLETED);
+    // A terminal result, on whichever of the three conditions its phase reports.
+    let terminal = BOOTSTRAP_CONDITIONS.iter().any(|ty| {
+        conditions::get(conds, ty).is_some_and(|c| {
+            c.reason == reasons::BOOTSTRAP_FAILED || c.reason == reasons::BOOTSTRAP_TIMED_OUT
+        })
     });
+    let mut set = |ds: [Desired; 3]| {
+        for d in &ds {
+            conditions::set(
+                status.conditions.get_or_insert_with(Vec::new),
+                d,
+                generation,
+                now,
+            );
+        }
+    };
+    let images = image_steps(t.dm);
+    let at = |step| Phase::of_step(step, images);
     // Once a terminal result is in status, the finished task has nothing left to tell.
     if terminal {
         ctx.bootstraps.forget(&uid);
     }
-
-    if current
-        .as_ref()
-        .is_some_and(|c| c.status == ConditionStatus::True)
-    {
+    if done {
         ctx.bootstraps.forget(&uid);
         return Ok(Outcome::Done);
     }
@@ -103,39 +177,37 @@ pub async fn reconcile(
             description,
             ..
         } => {
-            // Step 0: not at a step (waiting for a slot, or all steps in one exec).
-            let message = if step == 0 {
-                format!("Bootstrap {description}")
+            // Step 0: not at a step (waiting for a slot, or all steps in one exec, where the
+            // node's progress file tells how far the script got).
+            let (phase, message) = if step > 0 {
+                (
+                    at(step),
+                    format!("Running step {step}/{total}: {description}"),
+                )
+            } else if description == WAITING_FOR_SLOT {
+                (Phase::CGroups, format!("Bootstrap {description}"))
             } else {
-                format!("Running step {step}/{total}: {description}")
+                let step = current_step(ctx, t.container).await;
+                (
+                    at(step),
+                    format!("Bootstrap {description}; at step {step}/{total}"),
+                )
             };
-            set(Desired::false_(
-                types::BOOTSTRAP_EXEC_SUCCEEDED,
-                reasons::BOOTSTRAPPING,
-                message,
-            ));
+            set(at_phase(phase, reasons::BOOTSTRAPPING, message));
             return Ok(Outcome::Wait(Action::requeue(POLL)));
         }
         // A terminal result stays in the task list until a pass sees it persisted (above).
-        TaskState::Finished(Finished::Failed(message)) => {
-            set(Desired::false_(
-                types::BOOTSTRAP_EXEC_SUCCEEDED,
-                reasons::BOOTSTRAP_FAILED,
-                message,
-            ));
+        TaskState::Finished(Finished::Failed { step, message }) => {
+            set(at_phase(at(step), reasons::BOOTSTRAP_FAILED, message));
             return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
         }
-        TaskState::Finished(Finished::TimedOut(message)) => {
-            set(Desired::false_(
-                types::BOOTSTRAP_EXEC_SUCCEEDED,
-                reasons::BOOTSTRAP_TIMED_OUT,
-                message,
-            ));
+        TaskState::Finished(Finished::TimedOut { step, message }) => {
+            set(at_phase(at(step), reasons::BOOTSTRAP_TIMED_OUT, message));
             return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
         }
         // The runner saw the sentinel (a run without it ends as Failed).
         TaskState::Finished(Finished::Succeeded) => {
-            set(succeeded());
+            set(completed());
             return Ok(Outcome::Done);
         }
         TaskState::NotStarted => {}
@@ -146,7 +218,7 @@ pub async fn reconcile(
     // first start needs no look: the runner does nothing when the sentinel is there.
     let started = started_at(t.dm);
     if (terminal || started.is_some()) && sentinel_exists(ctx, t.container).await? {
-        set(succeeded());
+        set(completed());
         return Ok(Outcome::Done);
     }
     if terminal {
@@ -156,10 +228,11 @@ pub async fn reconcile(
     let timeout = t.dm.bootstrap_timeout(ctx.settings.bootstrap_timeout);
     if let Some(started) = started {
         // Started by an earlier manager process: never start the commands a second time.
+        let phase = at(current_step(ctx, t.container).await);
         let deadline = started + chrono::Duration::from_std(timeout).unwrap_or_default();
         if now < deadline {
-            set(Desired::false_(
-                types::BOOTSTRAP_EXEC_SUCCEEDED,
+            set(at_phase(
+                phase,
                 reasons::BOOTSTRAPPING,
                 format!(
                     "Waiting for the bootstrap started at {} by an earlier manager process (it is not re-run)",
@@ -168,8 +241,8 @@ pub async fn reconcile(
             ));
             return Ok(Outcome::Wait(Action::requeue(POLL)));
         }
-        set(Desired::false_(
-            types::BOOTSTRAP_EXEC_SUCCEEDED,
+        set(at_phase(
+            phase,
             reasons::BOOTSTRAP_TIMED_OUT,
             format!(
                 "The bootstrap started at {} by an earlier manager process did not create {} within {}s; \
@@ -183,14 +256,14 @@ pub async fn reconcile(
         return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
     }
 
-    let pre_load = t.dm.spec.pre_load_images.as_deref().unwrap_or_default();
-    let steps = match load_steps(ctx, &ns, t.secret_name, pre_load).await {
+    let pre_load: Vec<&str> = pre_load_images(t.dm).collect();
+    let steps = match load_steps(ctx, &ns, t.secret_name, &pre_load).await {
         Ok(steps) => steps,
         // Without usable data, a node that was bootstrapped all the same (a moved cluster
         // whose status did not come along) is still recognised by its sentinel.
         Err(e) if sentinel_exists(ctx, t.container).await? => {
             info!(container = %t.container, error = %e, "bootstrap data unusable, but the node is bootstrapped");
-            set(succeeded());
+            set(completed());
             return Ok(Outcome::Done);
         }
         Err(e) => return Err(e),
@@ -211,12 +284,20 @@ pub async fn reconcile(
         },
     );
     info!(container = %t.container, steps = total, "bootstrap started");
-    set(Desired::false_(
-        types::BOOTSTRAP_EXEC_SUCCEEDED,
+    set(at_phase(
+        Phase::CGroups,
         reasons::BOOTSTRAPPING,
         format!("Started {total} bootstrap steps"),
     ));
     Ok(Outcome::Wait(Action::requeue(POLL)))
+}
+
+/// The step the node's bootstrap script is at (1-based), from its progress file: one exec, only
+/// while a bootstrap runs in one exec (a step-by-step run reports its steps itself).
+async fn current_step(ctx: &Context, container: &str) -> usize {
+    bootstrap::steps_done(ctx.runtime.as_ref(), container)
+        .await
+        .map_or(1, |done| done + 1)
 }
 
 /// Forget any bootstrap state of a node container that is being recreated: the new container
@@ -231,16 +312,18 @@ pub async fn reset(
     if started_at(dm).is_some() {
         set_started_at(patcher, None).await?;
     }
-    conditions::set(
-        status.conditions.get_or_insert_with(Vec::new),
-        &Desired::false_(
-            types::BOOTSTRAP_EXEC_SUCCEEDED,
-            reasons::NOT_SUCCEEDED,
-            "The node container was recreated",
-        ),
-        dm.metadata.generation,
-        Utc::now(),
-    );
+    for d in at_phase(
+        Phase::CGroups,
+        reasons::WAITING_FOR_CONTAINER,
+        "The node container was recreated".into(),
+    ) {
+        conditions::set(
+            status.conditions.get_or_insert_with(Vec::new),
+            &d,
+            dm.metadata.generation,
+            Utc::now(),
+        );
+    }
     Ok(())
 }
 
@@ -264,11 +347,11 @@ async fn load_steps(
     ctx: &Context,
     ns: &str,
     secret_name: &str,
-    pre_load: &[String],
+    pre_load: &[&str],
 ) -> Result<Vec<Step>> {
     let blocked = |reason, message: String, retry| {
         Err(Error::blocked(
-            types::BOOTSTRAP_EXEC_SUCCEEDED,
+            types::BOOTSTRAP_COMPLETED,
             reason,
             message,
             Duration::from_secs(retry),
@@ -317,17 +400,18 @@ async fn load_steps(
         Err(e) => return invalid(e.to_string()),
     };
     let mut steps = vec![wait_for_init_step()];
-    for image in pre_load.iter().map(|i| i.trim()).filter(|i| !i.is_empty()) {
+    for &image in pre_load {
         match ctx.runtime.save_image(image).await {
             Ok(tar) => steps.push(pre_load_step(image, tar)),
             Err(RuntimeError::Image { message, .. }) => {
-                return blocked(
+                return Err(Error::blocked(
+                    types::PRE_LOADED_IMAGES_READY,
                     reasons::IMAGE_UNAVAILABLE,
                     format!(
                         "preLoadImages: {image} cannot be saved from the host's Docker Engine (images are never pulled for pre-loading): {message}"
                     ),
-                    60,
-                );
+                    Duration::from_secs(60),
+                ));
             }
             Err(e) => return Err(e.into()),
         }
@@ -387,6 +471,35 @@ async fn sentinel_exists(ctx: &Context, container: &str) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steps_map_to_upstreams_three_bootstrap_conditions() {
+        assert_eq!(Phase::of_step(0, 2), Phase::CGroups);
+        assert_eq!(Phase::of_step(1, 2), Phase::CGroups);
+        assert_eq!(Phase::of_step(2, 2), Phase::Images);
+        assert_eq!(Phase::of_step(3, 2), Phase::Images);
+        assert_eq!(Phase::of_step(4, 2), Phase::Commands);
+        assert_eq!(Phase::of_step(2, 0), Phase::Commands, "no images to import");
+        let [cgroups, images, commands] = at_phase(
+            Phase::Images,
+            reasons::BOOTSTRAP_FAILED,
+            "import failed".into(),
+        );
+        assert_eq!(cgroups.status, conditions::ConditionStatus::True);
+        assert_eq!(
+            (images.reason, images.message.as_str()),
+            (reasons::BOOTSTRAP_FAILED, "import failed")
+        );
+        assert_eq!(commands.reason, reasons::WAITING_FOR_PRELOADED_IMAGES);
+        let [_, images, commands] = at_phase(Phase::CGroups, reasons::BOOTSTRAPPING, "".into());
+        assert_eq!(images.reason, reasons::WAITING_FOR_CGROUPS);
+        assert_eq!(commands.reason, reasons::WAITING_FOR_CGROUPS);
+        assert!(
+            completed()
+                .iter()
+                .all(|d| d.status == conditions::ConditionStatus::True)
+        );
+    }
 
     #[test]
     fn init_wait_step_is_harmless_without_systemd() {

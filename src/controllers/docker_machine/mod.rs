@@ -195,11 +195,15 @@ async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> 
         );
     }
     let conds = status.conditions.get_or_insert_with(Vec::new);
+    // Upstream v1.14's set; what capd-rs reported before in its place goes.
+    conds.retain(|c| c.type_ != types::LEGACY_BOOTSTRAP_EXEC_SUCCEEDED);
     let ready = conditions::summarize_ready(
         conds,
         &[
             types::CONTAINER_PROVISIONED,
-            types::BOOTSTRAP_EXEC_SUCCEEDED,
+            types::CGROUPS_READY,
+            types::PRE_LOADED_IMAGES_READY,
+            types::BOOTSTRAP_COMPLETED,
         ],
     );
     set(&mut status, &ready);

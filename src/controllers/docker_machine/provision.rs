@@ -106,13 +106,11 @@ pub(super) async fn refresh(
     }
     if !conditions::is_true(
         status.conditions.as_deref().unwrap_or_default(),
-        types::BOOTSTRAP_EXEC_SUCCEEDED,
+        types::BOOTSTRAP_COMPLETED,
     ) {
-        set(
-            status,
-            dm,
-            Desired::true_(types::BOOTSTRAP_EXEC_SUCCEEDED, reasons::SUCCEEDED),
-        );
+        for d in machine_bootstrap::completed() {
+            set(status, dm, d);
+        }
     }
     let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());
     let (dm_name, uid) = (dm.name_any(), dm.uid().unwrap_or_default());

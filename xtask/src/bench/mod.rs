@@ -5,9 +5,9 @@
 //! of the machine during the run touches all three alike. Both managers run as processes with
 //! the plane's admin kubeconfig and reach the engine through one counting relay
 //! (`docker_count`); each provider runs with its own CRDs (`crds`), swapped between phases.
-//! A machine counts as provisioned when its provider reports the bootstrap done (capd-rs:
-//! `BootstrapExecSucceeded`, upstream v1.14: `BootstrapCompleted`); the bench then checks in
-//! every container that the bootstrap really ran.
+//! A machine counts as provisioned when its provider reports the bootstrap done (both:
+//! `BootstrapCompleted`, upstream v1.14's condition); the bench then checks in every container
+//! that the bootstrap really ran.
 pub mod crds;
 pub mod docker_count;
 pub mod floor;
@@ -269,11 +269,7 @@ impl Bench {
         quiet().await;
         let before = self.reading(manager).await?;
         let cpu_before = process::host_cpu();
-        let condition = if subject == UPSTREAM {
-            "BootstrapCompleted"
-        } else {
-            "BootstrapExecSucceeded"
-        };
+        let condition = "BootstrapCompleted";
         let api = w.docker_machines();
         let (times, created) = tokio::join!(
             objects::wait_all(&api, n, timeout, |o| objects::condition_true(o, condition)),

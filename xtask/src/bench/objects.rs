@@ -351,13 +351,13 @@ mod tests {
         let o: DynamicObject = serde_json::from_value(json!({
             "apiVersion": INFRA, "kind": "DockerMachine", "metadata": {"name": "m"},
             "status": {"conditions": [
-                {"type": "BootstrapCompleted", "status": "False"},
-                {"type": "BootstrapExecSucceeded", "status": "True"}
+                {"type": "CGroupsReady", "status": "False"},
+                {"type": "BootstrapCompleted", "status": "True"}
             ]}
         }))
         .unwrap();
-        assert!(condition_true(&o, "BootstrapExecSucceeded"));
-        assert!(!condition_true(&o, "BootstrapCompleted"));
+        assert!(condition_true(&o, "BootstrapCompleted"));
+        assert!(!condition_true(&o, "CGroupsReady"));
         assert!(!condition_true(&o, "Ready"));
     }
 }
