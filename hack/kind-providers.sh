@@ -2,11 +2,15 @@
 # The providers of a real `clusterctl init --infrastructure docker` on the kind management cluster
 # of hack/kind.sh: every image built locally (no registry is reachable) and loaded with
 # `kind load docker-image`, and a local clusterctl repository that names them.
-#   hack/kind-providers.sh images   build the images (cached: binaries by version in $BIN_DIR,
-#                                   images by tag in Docker) and load them into the cluster
+#   hack/kind-providers.sh build    build the images (binaries cached by version in $BIN_DIR,
+#                                   images by tag in Docker; the capd-rs image is rebuilt by
+#                                   hack/build-image.sh unless CAPD_IMAGE_REBUILD=false)
+#   hack/kind-providers.sh load     load them into the kind cluster (`kind load docker-image`)
 #   hack/kind-providers.sh repo     lay out the clusterctl repository (hack/release.sh) plus
 #                                   cert-manager; prints the path of its clusterctl.yaml
-#   hack/kind-providers.sh init     both, then `clusterctl init --infrastructure docker`
+#   hack/kind-providers.sh init     load + repo, then `clusterctl init --infrastructure docker`
+#                                   (the images must be built; clusterctl variables such as
+#                                   CAPD_DOCKER_NETWORK come from the environment)
 # Images (the names the components reference, so no image override is needed):
 #   registry.k8s.io/cluster-api/{cluster-api,kubeadm-bootstrap,kubeadm-control-plane}-controller:v$CAPI_VERSION
 #   quay.io/jetstack/cert-manager-{controller,cainjector,webhook}:v$CERT_MANAGER_VERSION
@@ -44,7 +48,7 @@ LABEL ${IMAGE_LABEL%%=*}=${IMAGE_LABEL#*=}
 USER $uid
 ENTRYPOINT ["/manager"]
 EOF
-  docker build -q -t "$image" "$ctx" >/dev/null
+  DOCKER_BUILDKIT=0 docker build -q -t "$image" "$ctx" >/dev/null
   rm -rf "$ctx"
   log "built $image ($(docker image inspect -f '{{.Size}}' "$image") bytes)"
 }
@@ -58,13 +62,18 @@ provider_images() {
   echo "quay.io/jetstack/cert-manager-webhook:v$CERT_MANAGER_VERSION $CM_BIN_DIR/webhook 1000"
 }
 
-images() {
+build() {
   "$HACK_DIR/build-binaries.sh" capi cert-manager kind
   local image bin uid
   while read -r image bin uid; do scratch_image "$image" "$bin" "$uid"; done < <(provider_images)
   if [[ ${CAPD_IMAGE_REBUILD:-true} == true ]] || ! docker image inspect "$CAPD_IMAGE" >/dev/null 2>&1; then
     "$HACK_DIR/build-image.sh" "$CAPD_IMAGE"
   fi
+}
+
+load() {
+  local image
+  [[ -x $KIND ]] || die "no kind CLI: run hack/kind-providers.sh build"
   "$KIND" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER" || die "no kind cluster $KIND_CLUSTER: run hack/kind.sh up"
   local all=("$CAPD_IMAGE") t0=$SECONDS
   while read -r image _; do all+=("$image"); done < <(provider_images)
@@ -94,7 +103,7 @@ EOF
 }
 
 init() {
-  images
+  load
   local cfg t0=$SECONDS
   cfg=$(repo)
   "$CLUSTERCTL" init --kubeconfig "$KIND_KUBECONFIG" --config "$cfg" \
@@ -104,8 +113,9 @@ init() {
 }
 
 case ${1:-} in
-  images) images ;;
+  build) build ;;
+  load) load ;;
   repo) repo ;;
   init) init ;;
-  *) echo "usage: $0 images|repo|init" >&2; exit 2 ;;
+  *) echo "usage: $0 build|load|repo|init" >&2; exit 2 ;;
 esac
