@@ -312,16 +312,15 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
         "apply -> 2 Nodes Ready: {:.0}s ({ready:?})",
         t2.elapsed().as_secs_f64()
     );
-    let cluster = wl_json(&kc, &["get", "cluster", "wl", "-n", &kind.namespace]).unwrap();
+    // CAPI's own verdict: the Cluster Available (control plane and workers available).
+    poll(Duration::from_secs(300), "the Cluster Available", || {
+        let cluster = wl_json(&kc, &["get", "cluster", "wl", "-n", &ns])?;
+        condition(&cluster, "Available").then_some(())
+    })
+    .await;
     eprintln!(
-        "Cluster conditions: {}",
-        cluster["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| format!("{}={}", c["type"], c["status"]))
-            .collect::<Vec<_>>()
-            .join(" ")
+        "apply -> Cluster Available: {:.0}s",
+        t2.elapsed().as_secs_f64()
     );
     // Made by capd-rs in its Pod: 2 nodes + the load balancer, on the kind cluster's network.
     let containers = kind.workload_containers();
