@@ -92,6 +92,8 @@ repo() {
     # The CRDs as the module ships them for its Helm chart: drop the templated label lines.
     for f in "$cm_dir"/deploy/crds/crd-*.yaml; do echo '---'; grep -v '{{' "$f"; done
   } > "$out/cert-manager.yaml"
+  # release.sh's config says cert-manager is not provided: here it is.
+  sed -i '/^# cert-manager is not provided/,/^# `clusterctl init`/d' "$REPO_DIR/clusterctl.yaml"
   cat >> "$REPO_DIR/clusterctl.yaml" <<EOF
 # cert-manager v$CERT_MANAGER_VERSION built locally (hack/kind-providers.sh); clusterctl installs it
 # when no working cert-manager is found.
