@@ -236,7 +236,7 @@ build_cert_manager() {
   if [[ -x "$out/controller" && -x "$out/cainjector" && -x "$out/webhook" ]]; then
     log "cert-manager v$v cached"; return
   fi
-  log "building cert-manager v$v controller, cainjector and webhook (cold: ~10 min)"
+  log "building cert-manager v$v controller, cainjector and webhook (cold: ~5 min)"
   local dir="$WORK/cert-manager-$v" p
   mkdir -p "$dir" "$out"
   (

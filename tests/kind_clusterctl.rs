@@ -271,21 +271,30 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
     let manifest = ok("clusterctl generate cluster", &generate);
     wl(&kc, &["apply", "-f", "-"], Some(&manifest)).expect("kubectl apply the workload cluster");
 
-    // Our conversion webhook: the template read back at v1beta1.
-    let v1beta1 = wl_json(
-        &kc,
-        &[
-            "get",
-            "dockermachinetemplates.v1beta1.infrastructure.cluster.x-k8s.io",
-            "-n",
-            &kind.namespace,
-        ],
+    // Our conversion webhook: the templates read back at v1beta1. Polled: clusterctl waits for
+    // the Deployments, not for cainjector to put the CA into the CRD's conversion config.
+    let ns = kind.namespace.clone();
+    let v1beta1 = poll(
+        Duration::from_secs(60),
+        "DockerMachineTemplates at v1beta1 (our conversion webhook)",
+        || {
+            let list = wl_json(
+                &kc,
+                &[
+                    "get",
+                    "dockermachinetemplates.v1beta1.infrastructure.cluster.x-k8s.io",
+                    "-n",
+                    &ns,
+                ],
+            )?;
+            (list["items"].as_array()?.len() == 2).then_some(list)
+        },
     )
-    .expect("DockerMachineTemplates at v1beta1 (conversion webhook)");
-    let items = v1beta1["items"].as_array().unwrap();
-    assert!(!items.is_empty(), "the templates at v1beta1");
+    .await;
     assert!(
-        items
+        v1beta1["items"]
+            .as_array()
+            .unwrap()
             .iter()
             .all(|t| t["apiVersion"] == "infrastructure.cluster.x-k8s.io/v1beta1"),
         "{v1beta1}"
@@ -293,7 +302,6 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
 
     // Its Nodes Ready, seen through its own API (the kubeconfig Secret KCP writes).
     let wl_kc = std::env::temp_dir().join(format!("capd-rs-kind-wl{id}.kubeconfig"));
-    let ns = kind.namespace.clone();
     let secret = poll(NODES_READY, "the workload kubeconfig Secret", || {
         wl_json(&kc, &["get", "secret", "wl-kubeconfig", "-n", &ns])
     })
