@@ -1,15 +1,18 @@
-//! A real `clusterctl init --infrastructure docker` on a kind management cluster, then a workload
-//! cluster from `clusterctl generate cluster`, everything as Pods: cert-manager, CAPI core,
+//! A real `clusterctl init --infrastructure docker` on a kind management cluster, then workload
+//! clusters from `clusterctl generate cluster`, everything as Pods: cert-manager, CAPI core,
 //! kubeadm bootstrap, kubeadm control plane and capd-rs, from images built locally
 //! (`hack/kind-providers.sh build`, run first: no registry is reachable) and a local clusterctl
 //! repository (`hack/kind-providers.sh repo`).
 //!
 //! Asserted: clusterctl installs cert-manager from our manifest and every provider; every provider
-//! Deployment is Available; the webhooks are served (CAPI's validation: a Cluster only its webhook
-//! can refuse is refused; ours: a DockerMachineTemplate read at v1beta1 goes through capd-rs'
-//! conversion webhook; cert-manager's: clusterctl's own check creates an Issuer and a Certificate); the workload cluster's control-plane and worker Nodes go Ready,
+//! Deployment is Available; the webhooks are served (CAPI's defaulting and validation: an invalid
+//! Cluster only its webhooks can refuse is refused; ours: DockerMachineTemplates read at v1beta1
+//! go through capd-rs' conversion webhook; cert-manager's: clusterctl's own check creates an
+//! Issuer and a Certificate); two workload clusters, the default flavor (KubeadmControlPlane,
+//! MachineDeployment) and development-mp (ClusterClass quick-start, a MachinePool on our
+//! DockerMachinePool), each with its control-plane and worker Node Ready and the Cluster Available,
 //! their containers made by capd-rs in its Pod through the mounted Docker socket; deleting the
-//! Cluster removes every container of it; `hack/kind.sh down` leaves no kind container behind.
+//! Clusters removes every container of them; `hack/kind.sh down` leaves no kind container behind.
 mod common;
 
 use std::{
@@ -40,6 +43,8 @@ impl Kind {
             .env("KIND_EXPERIMENTAL_DOCKER_NETWORK", &self.network)
             // clusterctl variables of our components: workload containers on the cluster's network.
             .env("CAPD_DOCKER_NETWORK", &self.network)
+            // CAPI's: the development-mp flavor is a ClusterClass.
+            .env("CLUSTER_TOPOLOGY", "true")
             .output()
             .unwrap_or_else(|e| panic!("{script} runs: {e}"))
     }
@@ -235,44 +240,55 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
             .any(|p| p.starts_with("InfrastructureProvider:docker:"))
     );
 
-    // CAPI's webhooks answer: a Cluster with a topology passes the CRD schema and is refused by
-    // CAPI's validating webhook, which alone knows the ClusterTopology feature gate (off: init
-    // ran without CLUSTER_TOPOLOGY=true).
+    // CAPI's webhooks answer: a Cluster whose topology version is no semantic version passes the
+    // CRD schema (no pattern) and is refused by CAPI's validating webhook, after its defaulting
+    // webhook prefixed the "v".
     wl(&kc, &["create", "namespace", &kind.namespace], None).unwrap();
-    let topology = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-        "metadata": {"name": "topology", "namespace": kind.namespace},
-        "spec": {"topology": {"version": format!("v{K8S_VERSION}"), "classRef": {"name": "none"}}}})
+    let invalid = serde_json::json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": {"name": "invalid", "namespace": kind.namespace},
+        "spec": {"topology": {"version": "not-a-version", "classRef": {"name": "none"}}}})
     .to_string();
     let refused = wl(
         &kc,
         &["create", "--dry-run=server", "-f", "-"],
-        Some(&topology),
+        Some(&invalid),
     )
-    .expect_err("a Cluster with a topology is refused");
+    .expect_err("an invalid Cluster is refused");
     assert!(
-        refused.contains("ClusterTopology feature flag"),
-        "refused by CAPI's webhook: {refused}"
+        refused.contains("\"vnot-a-version\": version must be a valid semantic version"),
+        "refused by CAPI's webhooks: {refused}"
     );
 
-    // The workload cluster, as a user makes it: clusterctl generate cluster from our repository.
+    // The workload clusters, as a user makes them: clusterctl generate cluster from our
+    // repository. `wl`: the default flavor (KubeadmControlPlane, MachineDeployment); `cc`: the
+    // development-mp flavor (ClusterClass quick-start, workers in a MachinePool).
     let t2 = Instant::now();
-    let generate = Command::new(bin(&format!("capi-v{CAPI_VERSION}/clusterctl")))
-        .args(["generate", "cluster", "wl", "--infrastructure", "docker"])
-        .args(["--kubernetes-version", &format!("v{K8S_VERSION}")])
-        .args(["--control-plane-machine-count", "1"])
-        .args(["--worker-machine-count", "1"])
-        .args(["--target-namespace", &kind.namespace])
-        .arg("--config")
-        .arg(kind.clusterctl_config())
-        .arg("--kubeconfig")
-        .arg(&kc)
-        .output()
-        .expect("clusterctl");
-    let manifest = ok("clusterctl generate cluster", &generate);
-    wl(&kc, &["apply", "-f", "-"], Some(&manifest)).expect("kubectl apply the workload cluster");
+    for (name, flavor) in [("wl", None), ("cc", Some("development-mp"))] {
+        let mut generate = Command::new(bin(&format!("capi-v{CAPI_VERSION}/clusterctl")));
+        generate
+            .args(["generate", "cluster", name, "--infrastructure", "docker"])
+            .args(["--kubernetes-version", &format!("v{K8S_VERSION}")])
+            .args(["--control-plane-machine-count", "1"])
+            .args(["--worker-machine-count", "1"])
+            .args(["--target-namespace", &kind.namespace])
+            .arg("--config")
+            .arg(kind.clusterctl_config())
+            .arg("--kubeconfig")
+            .arg(&kc);
+        if let Some(flavor) = flavor {
+            generate.args(["--flavor", flavor]);
+        }
+        let manifest = ok(
+            &format!("clusterctl generate cluster {name}"),
+            &generate.output().expect("clusterctl"),
+        );
+        wl(&kc, &["apply", "-f", "-"], Some(&manifest))
+            .unwrap_or_else(|e| panic!("kubectl apply cluster {name}: {e}"));
+    }
 
-    // Our conversion webhook: the templates read back at v1beta1. Polled: clusterctl waits for
-    // the Deployments, not for cainjector to put the CA into the CRD's conversion config.
+    // Our conversion webhook: the templates read back at v1beta1 (2 of `wl`, 2 of the class).
+    // Polled: clusterctl waits for the Deployments, not for cainjector to put the CA into the
+    // CRD's conversion config.
     let ns = kind.namespace.clone();
     let v1beta1 = poll(
         Duration::from_secs(60),
@@ -287,7 +303,7 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
                     &ns,
                 ],
             )?;
-            (list["items"].as_array()?.len() == 2).then_some(list)
+            (list["items"].as_array()?.len() >= 4).then_some(list)
         },
     )
     .await;
@@ -300,66 +316,103 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
         "{v1beta1}"
     );
 
-    // Its Nodes Ready, seen through its own API (the kubeconfig Secret KCP writes).
-    let wl_kc = std::env::temp_dir().join(format!("capd-rs-kind-wl{id}.kubeconfig"));
-    let secret = poll(NODES_READY, "the workload kubeconfig Secret", || {
-        wl_json(&kc, &["get", "secret", "wl-kubeconfig", "-n", &ns])
-    })
-    .await;
-    use base64::Engine as _;
-    let value = base64::engine::general_purpose::STANDARD
-        .decode(secret["data"]["value"].as_str().unwrap())
-        .unwrap();
-    std::fs::write(&wl_kc, value).unwrap();
-    let ready = poll(NODES_READY, "1 control-plane + 1 worker Node Ready", || {
-        let ready = ready_nodes(&wl_kc)?;
-        (ready.len() == 2).then_some(ready)
-    })
-    .await;
-    eprintln!(
-        "apply -> 2 Nodes Ready: {:.0}s ({ready:?})",
-        t2.elapsed().as_secs_f64()
-    );
-    // CAPI's own verdict: the Cluster Available (control plane and workers available).
-    poll(Duration::from_secs(300), "the Cluster Available", || {
-        let cluster = wl_json(&kc, &["get", "cluster", "wl", "-n", &ns])?;
-        condition(&cluster, "Available").then_some(())
-    })
-    .await;
-    eprintln!(
-        "apply -> Cluster Available: {:.0}s",
-        t2.elapsed().as_secs_f64()
-    );
-    // Made by capd-rs in its Pod: 2 nodes + the load balancer, on the kind cluster's network.
+    // Their Nodes Ready, seen through their own API (the kubeconfig Secret KCP writes), and CAPI's
+    // own verdict: each Cluster Available (control plane and workers available).
+    for name in ["wl", "cc"] {
+        let secret_name = format!("{name}-kubeconfig");
+        let secret = poll(
+            NODES_READY,
+            &format!("{name}: the kubeconfig Secret"),
+            || wl_json(&kc, &["get", "secret", &secret_name, "-n", &ns]),
+        )
+        .await;
+        use base64::Engine as _;
+        let value = base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["value"].as_str().unwrap())
+            .unwrap();
+        let wl_kc = std::env::temp_dir().join(format!("capd-rs-kind{id}-{name}.kubeconfig"));
+        std::fs::write(&wl_kc, value).unwrap();
+        let ready = poll(
+            NODES_READY,
+            &format!("{name}: 1 control-plane + 1 worker Node Ready"),
+            || {
+                let ready = ready_nodes(&wl_kc)?;
+                (ready.len() == 2).then_some(ready)
+            },
+        )
+        .await;
+        eprintln!(
+            "{name}: apply -> 2 Nodes Ready: {:.0}s ({ready:?})",
+            t2.elapsed().as_secs_f64()
+        );
+        let _ = std::fs::remove_file(&wl_kc);
+        poll(
+            Duration::from_secs(300),
+            &format!("{name}: the Cluster Available"),
+            || {
+                let cluster = wl_json(&kc, &["get", "cluster", name, "-n", &ns])?;
+                condition(&cluster, "Available").then_some(())
+            },
+        )
+        .await;
+        eprintln!(
+            "{name}: apply -> Cluster Available: {:.0}s",
+            t2.elapsed().as_secs_f64()
+        );
+    }
+    // The MachinePool's worker is an instance of our DockerMachinePool: its providerID listed
+    // in the pool, a DockerMachine owned by the pool.
+    let pools = wl_json(&kc, &["get", "dockermachinepools", "-n", &ns]).unwrap();
+    let ids: Vec<_> = pools["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| {
+            p["spec"]["providerIDList"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "{pools}");
+    let machines = wl_json(&kc, &["get", "dockermachines", "-n", &ns]).unwrap();
+    let pooled = machines["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| {
+            m["metadata"]["ownerReferences"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|o| o["kind"] == "DockerMachinePool")
+        })
+        .count();
+    assert_eq!(pooled, 1, "{machines}");
+    // Made by capd-rs in its Pod: per cluster 2 nodes + the load balancer, on the kind
+    // cluster's network.
     let containers = kind.workload_containers();
-    assert_eq!(containers.len(), 3, "{containers:?}");
+    assert_eq!(containers.len(), 6, "{containers:?}");
 
-    // Deleting the Cluster removes every container of it.
+    // Deleting the Clusters removes every container of them.
     let t3 = Instant::now();
     wl(
         &kc,
-        &[
-            "delete",
-            "cluster",
-            "wl",
-            "-n",
-            &kind.namespace,
-            "--wait=false",
-        ],
+        &["delete", "cluster", "--all", "-n", &ns, "--wait=false"],
         None,
     )
     .unwrap();
     poll(
         Duration::from_secs(300),
-        "the Cluster and its containers gone",
+        "the Clusters and their containers gone",
         || {
-            let gone = wl(&kc, &["get", "cluster", "wl", "-n", &ns], None).is_err();
-            (gone && kind.workload_containers().is_empty()).then_some(())
+            let left = wl_json(&kc, &["get", "clusters", "-n", &ns])?;
+            (left["items"].as_array()?.is_empty() && kind.workload_containers().is_empty())
+                .then_some(())
         },
     )
     .await;
-    eprintln!("Cluster deleted: {:.0}s", t3.elapsed().as_secs_f64());
-    let _ = std::fs::remove_file(&wl_kc);
+    eprintln!("Clusters deleted: {:.0}s", t3.elapsed().as_secs_f64());
 
     ok("hack/kind.sh down", &kind.run("hack/kind.sh", "down"));
     let label = format!("label=io.x-k8s.kind.cluster={}", kind.cluster);
