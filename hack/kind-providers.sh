@@ -31,12 +31,19 @@ CLUSTERCTL="$CAPI_BIN_DIR/clusterctl"
 CM_BIN_DIR="$BIN_DIR/cert-manager-v$CERT_MANAGER_VERSION"
 CAPD_IMAGE=${CAPD_IMAGE:-docker.io/capd-rs/manager:kind}
 REPO_DIR="$KIND_DIR/clusterctl-repo"
-IMAGE_LABEL="capd-rs.kind/image=provider"
+# Label of the images built here; its value is the hash of what made the image.
+IMAGE_LABEL="capd-rs.kind/image=<recipe hash>"
 
-# scratch_image <image> <binary> <uid>: FROM scratch with the binary at /manager.
+# scratch_image <image> <binary> <uid>: FROM scratch with the binary at /manager. Rebuilt only
+# when the binary, the CA bundle or this recipe changed (a hash of them is the image's label).
 scratch_image() {
-  local image=$1 bin=$2 uid=$3 ctx
-  if docker image inspect "$image" >/dev/null 2>&1; then log "image $image exists"; return; fi
+  local image=$1 bin=$2 uid=$3 ctx key
+  key=$( { sha256sum "$bin" /etc/ssl/certs/ca-certificates.crt; echo "$uid"; declare -f scratch_image; } | sha256sum | cut -c1-16)
+  if [[ $(docker image inspect -f "{{index .Config.Labels \"${IMAGE_LABEL%%=*}\"}}" "$image" 2>/dev/null) == "$key" ]]; then
+    log "image $image up to date"; return
+  fi
+  local old
+  old=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
   ctx=$(mktemp -d)
   cp "$bin" "$ctx/manager"
   cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca-certificates.crt"
@@ -44,12 +51,19 @@ scratch_image() {
 FROM scratch
 COPY ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY manager /manager
-LABEL ${IMAGE_LABEL%%=*}=${IMAGE_LABEL#*=}
+LABEL ${IMAGE_LABEL%%=*}=$key
 USER $uid
 ENTRYPOINT ["/manager"]
 EOF
-  DOCKER_BUILDKIT=0 docker build -q -t "$image" "$ctx" >/dev/null
+  # The legacy builder (no registry, no buildx) warns that it is deprecated: show its output
+  # only when the build fails.
+  local out
+  out=$(docker build -q -t "$image" "$ctx" 2>&1) || { rm -rf "$ctx"; printf '%s\n' "$out" >&2; die "docker build of $image failed"; }
   rm -rf "$ctx"
+  # The image it replaces, if it was ours and nothing else names it.
+  if [[ -n $old && $old != $(docker image inspect -f '{{.Id}}' "$image") ]]; then
+    docker rmi "$old" >/dev/null 2>&1 || true
+  fi
   log "built $image ($(docker image inspect -f '{{.Size}}' "$image") bytes)"
 }
 
