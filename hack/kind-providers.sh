@@ -107,6 +107,7 @@ repo() {
     for f in "$cm_dir"/deploy/crds/crd-*.yaml; do echo '---'; grep -v '{{' "$f"; done
   } > "$out/cert-manager.yaml"
   # release.sh's config says cert-manager is not provided: here it is.
+  # shellcheck disable=SC2016  # the backquotes are text in the file, not a command
   sed -i '/^# cert-manager is not provided/,/^# `clusterctl init`/d' "$REPO_DIR/clusterctl.yaml"
   cat >> "$REPO_DIR/clusterctl.yaml" <<EOF
 # cert-manager v$CERT_MANAGER_VERSION built locally (hack/kind-providers.sh); clusterctl installs it
