@@ -223,7 +223,7 @@ build_kind() {
 }
 
 # cert-manager's controller, cainjector and webhook (the three Deployments CAPI needs), for the
-# cert-manager of a kind management cluster (hack/kind-images.sh). clusterctl v$CAPI_VERSION
+# cert-manager of a kind management cluster (hack/kind-providers.sh). clusterctl v$CAPI_VERSION
 # installs cert-manager v1.21.1 by default, but from v1.12 on cert-manager keeps its main packages
 # in nested modules (github.com/cert-manager/cert-manager/cmd/controller, ...) that the Go module
 # proxy does not serve (404; the root module v1.12.0+ has no cmd/ at all): v1.11.5 is the newest

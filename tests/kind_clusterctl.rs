@@ -8,11 +8,12 @@
 //! Deployment is Available; the webhooks are served (CAPI's defaulting and validation: an invalid
 //! Cluster only its webhooks can refuse is refused; ours: DockerMachineTemplates read at v1beta1
 //! go through capd-rs' conversion webhook; cert-manager's: clusterctl's own check creates an
-//! Issuer and a Certificate); two workload clusters, the default flavor (KubeadmControlPlane,
-//! MachineDeployment) and development-mp (ClusterClass quick-start, a MachinePool on our
-//! DockerMachinePool), each with its control-plane and worker Node Ready and the Cluster Available,
-//! their containers made by capd-rs in its Pod through the mounted Docker socket; deleting the
-//! Clusters removes every container of them; `hack/kind.sh down` leaves no kind container behind.
+//! Issuer and a Certificate); cert-manager never refused by its RBAC; two workload clusters, the
+//! default flavor (KubeadmControlPlane, MachineDeployment) and development-mp (ClusterClass
+//! quick-start, a MachinePool on our DockerMachinePool), each with its control-plane and worker
+//! Node Ready and the Cluster Available, their containers made by capd-rs in its Pod through the
+//! mounted Docker socket; deleting the Clusters removes every container of them;
+//! `hack/kind.sh down` leaves no kind container behind.
 mod common;
 
 use std::{
@@ -389,6 +390,21 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
         })
         .count();
     assert_eq!(pooled, 1, "{machines}");
+    // cert-manager's own RBAC (hack/kind/cert-manager.yaml) was enough for all of it.
+    for d in [
+        "cert-manager",
+        "cert-manager-cainjector",
+        "cert-manager-webhook",
+    ] {
+        let logs = wl(
+            &kc,
+            &["logs", "-n", "cert-manager", &format!("deploy/{d}")],
+            None,
+        )
+        .unwrap_or_default();
+        let denied: Vec<_> = logs.lines().filter(|l| l.contains("forbidden")).collect();
+        assert!(denied.is_empty(), "{d} was refused: {denied:#?}");
+    }
     // Made by capd-rs in its Pod: per cluster 2 nodes + the load balancer, on the kind
     // cluster's network.
     let containers = kind.workload_containers();
