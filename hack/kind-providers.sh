@@ -31,6 +31,9 @@ CLUSTERCTL="$CAPI_BIN_DIR/clusterctl"
 CM_BIN_DIR="$BIN_DIR/cert-manager-v$CERT_MANAGER_VERSION"
 CAPD_IMAGE=${CAPD_IMAGE:-docker.io/capd-rs/manager:kind}
 REPO_DIR="$KIND_DIR/clusterctl-repo"
+# The clusterctl variable of our components naming the network of workload containers: the kind
+# cluster's own (hack/kind.sh's KIND_EXPERIMENTAL_DOCKER_NETWORK), so they reach each other.
+export CAPD_DOCKER_NETWORK=${CAPD_DOCKER_NETWORK:-${KIND_EXPERIMENTAL_DOCKER_NETWORK:-kind}}
 # Label of the images built here; its value is the hash of what made the image.
 IMAGE_LABEL="capd-rs.kind/image=<recipe hash>"
 

@@ -41,10 +41,10 @@ impl Kind {
             .arg(verb)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env("KIND_CLUSTER", &self.cluster)
+            // kind-providers.sh passes the network on to our components (CAPD_DOCKER_NETWORK).
             .env("KIND_EXPERIMENTAL_DOCKER_NETWORK", &self.network)
-            // clusterctl variables of our components: workload containers on the cluster's network.
-            .env("CAPD_DOCKER_NETWORK", &self.network)
-            // CAPI's: the development-mp flavor is a ClusterClass.
+            .env_remove("CAPD_DOCKER_NETWORK")
+            // CAPI's gate: the development-mp flavor is a ClusterClass.
             .env("CLUSTER_TOPOLOGY", "true")
             .output()
             .unwrap_or_else(|e| panic!("{script} runs: {e}"))
