@@ -90,6 +90,23 @@ stop_ours() {
   done
 }
 
+# kind-style nodes each run systemd, containerd and a kubelet, which hold inotify instances, and
+# every container of the host counts against root's limit: a few clusters spend the default
+# (128), and containerd's CRI plugin in the next node fails to load ("too many open files"), as
+# kind's known issues describe. Raise the limits (never lower them).
+raise_sysctl() {
+  local key=$1 want=$2 have
+  have=$(sysctl -n "$key" 2>/dev/null) || return 0
+  ((have >= want)) && return 0
+  if [[ $EUID -eq 0 ]] && sysctl -qw "$key=$want" 2>/dev/null; then
+    log "raised $key from $have to $want"
+  else
+    log "WARNING: $key is $have; node containers may fail to start containerd's CRI (sysctl -w $key=$want)"
+  fi
+}
+raise_sysctl fs.inotify.max_user_instances 8192
+raise_sysctl fs.inotify.max_user_watches 524288
+
 if [[ ${1:-} == restart ]]; then
   stop_ours "restart requested"
   sleep "${2:-0}"

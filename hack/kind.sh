@@ -40,25 +40,8 @@ kubeadmConfigPatches:
 EOF
 }
 
-# Every kind-style node (systemd, containerd, the kubelet, kube-proxy) takes inotify instances
-# from the host's per-user pool; at the default 128, a few nodes at once (a kind cluster plus a
-# workload cluster's, or the e2e tests' alongside) exhaust it and kube-proxy dies with "too many
-# open files". kind's known-issues page gives these values; raise, never lower.
-raise_inotify_limits() {
-  local key want have
-  for key in fs.inotify.max_user_instances=512 fs.inotify.max_user_watches=524288; do
-    want=${key#*=}; key=${key%=*}
-    have=$(sysctl -n "$key")
-    if ((have < want)); then
-      log "raising $key from $have to $want (kind's known issue: too many open files)"
-      sysctl -qw "$key=$want" || log "WARNING: could not raise $key (not root?)"
-    fi
-  done
-}
-
 up() {
   "$HACK_DIR/build-binaries.sh" kind
-  raise_inotify_limits
   docker image inspect "$NODE_IMAGE" >/dev/null 2>&1 || die "no image $NODE_IMAGE: run hack/node-image.sh"
   mkdir -p "$KIND_DIR"
   if exists; then

@@ -83,6 +83,10 @@ ETCD_BIN_DIR="$BIN_DIR/etcd-v$ETCD_VERSION"
 CAPI_BIN_DIR="$BIN_DIR/capi-v$CAPI_VERSION"
 CAPD_UPSTREAM_BIN_DIR="$BIN_DIR/capd-upstream-v$CAPD_UPSTREAM_VERSION"
 KUBECTL="$K8S_BIN_DIR/kubectl"
+# Our CRDs, by plural: the Docker* kinds and their Dev* successors (config/crd/bases).
+CRD_PLURALS=(dockerclusters dockerclustertemplates dockermachines dockermachinetemplates
+  dockermachinepools dockermachinepooltemplates devclusters devclustertemplates devmachines
+  devmachinetemplates devmachinepools devmachinepooltemplates)
 
 # capi_core_dir [version]: the folder of the core provider inside the sigs.k8s.io/cluster-api
 # module, i.e. of its main package and its config/ (crd, rbac, webhook, default). CAPI v1.14 moved

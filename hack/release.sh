@@ -61,7 +61,7 @@ series=$(awk '/major:/{gsub(/[^0-9]/,"",$NF); ma=$NF} /minor:/{gsub(/[^0-9]/,"",
 grep -qx "$MAJOR.$MINOR" <<<"$series" || die "metadata.yaml has no releaseSeries entry for $MAJOR.$MINOR (has: $(echo $series))"
 
 # --- infrastructure-docker -------------------------------------------------------------
-for k in dockerclusters dockerclustertemplates dockermachines dockermachinetemplates dockermachinepools dockermachinepooltemplates; do
+for k in "${CRD_PLURALS[@]}"; do
   f="$REPO_ROOT/config/crd/bases/infrastructure.cluster.x-k8s.io_$k.yaml"
   [[ -s "$f" ]] || die "missing $f: generate the CRDs first (cargo run --bin crdgen config/crd/bases)"
 done

@@ -9,7 +9,7 @@
 #   render       hack/release.sh lays out a local clusterctl repository from config/default
 #   components   one Namespace (capd-system, PSA privileged); every object labelled
 #                cluster.x-k8s.io/provider=infrastructure-docker; namespaced objects in it; only
-#                the expected kinds (no admission webhooks); the six CRDs carry the
+#                the expected kinds (no admission webhooks); every CRD carries the
 #                cluster.x-k8s.io/v1beta2 label naming served versions; the Deployment's
 #                container is `manager` running /manager with the Docker socket mounted; each
 #                CRD's conversion webhook is the Service of the components, on the manager's
@@ -205,10 +205,10 @@ check_components() {
     $1 ~ /^(ServiceAccount|Role|RoleBinding|Deployment|Service|Certificate|Issuer)$/ { if ($3 != "capd-system") print $1"/"$2" is not in capd-system"; next }
     { print "unexpected kind " $1"/"$2 }' <<<"$list")
   [[ -z "$bad" ]] || fail "$(echo $bad)"
-  # the six CRDs, each labelled with the v1beta2 contract and serving what the label names
+  # every CRD, each labelled with the v1beta2 contract and serving what the label names
   local crd want crds
   crds=$(objects "$COMP" '{{.kind}}|{{.metadata.name}}|{{with .metadata.labels}}{{with index . "cluster.x-k8s.io/v1beta2"}}{{.}}{{end}}{{end}}|{{with .spec}}{{range .versions}}{{.name}}:{{.served}}:{{.storage}},{{end}}{{end}}{{"\n"}}' | grep '^CustomResourceDefinition|' || true)
-  for want in dockerclusters dockerclustertemplates dockermachines dockermachinetemplates dockermachinepools dockermachinepooltemplates; do
+  for want in "${CRD_PLURALS[@]}"; do
     crd=$(grep "^CustomResourceDefinition|$want.infrastructure.cluster.x-k8s.io|" <<<"$crds") \
       || fail "CRD $want.infrastructure.cluster.x-k8s.io missing"
     local label versions v
@@ -340,7 +340,7 @@ ensure_crds() {
   done
   ((${#missing[@]} == 0)) || fail "the plane lacks the Cluster API CRDs ${missing[*]} (hack/plane.sh installs them)"
   local plural
-  for plural in dockerclusters dockerclustertemplates dockermachines dockermachinetemplates dockermachinepools dockermachinepooltemplates; do
+  for plural in "${CRD_PLURALS[@]}"; do
     "$KUBECTL" get crd "$plural.infrastructure.cluster.x-k8s.io" >/dev/null 2>&1 && continue
     log "installing CRD $plural.infrastructure.cluster.x-k8s.io (labelled $TEST_LABEL_KEY=$TEST_LABEL_VALUE; removed afterwards)"
     local f="$REPO_ROOT/config/crd/bases/infrastructure.cluster.x-k8s.io_$plural.yaml"

@@ -69,7 +69,7 @@ async fn upstream_v1beta1_manifests_apply_unchanged(h: &TestEnvRef, ns: &str) {
         .split("\n---\n")
         .filter(|d| d.contains("kind:"))
         .collect();
-    assert_eq!(docs.len(), 11, "every fixture document is checked");
+    assert_eq!(docs.len(), 13, "every fixture document is checked");
     for doc in docs {
         let o: DynamicObject = serde_yaml_ng::from_str(doc).unwrap();
         let kind = o.types.as_ref().unwrap().kind.clone();

@@ -44,8 +44,11 @@ async fn dry_run_all(client: &kube::Client, ns: &str, yaml: &str) -> Vec<Result<
     for doc in yaml.split("\n---\n").filter(|d| d.contains("kind:")) {
         let mut obj: DynamicObject = serde_yaml_ng::from_str(doc).unwrap();
         obj.metadata.namespace = Some(ns.to_string());
-        let kind = obj.types.as_ref().unwrap().kind.clone();
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &infra(&kind));
+        let types = obj.types.clone().unwrap();
+        let kind = types.kind.clone();
+        let gvk = GroupVersionKind::try_from(&types).unwrap();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&gvk));
         let pp = PostParams {
             dry_run: true,
             ..Default::default()
@@ -65,6 +68,19 @@ async fn upstream_style_manifests_validate_unchanged() {
     let client = common::client().await;
     let yaml = include_str!("fixtures/capd-v1.13-manifests.yaml");
     for r in dry_run_all(&client, "default", yaml).await {
+        r.unwrap();
+    }
+}
+
+/// Dev* kinds (v1.14's quick-start and e2e shapes, both versions) and the in-memory backend's
+/// fields, which are accepted though not served.
+#[tokio::test]
+async fn upstream_dev_manifests_validate_unchanged() {
+    let client = common::client().await;
+    let yaml = include_str!("fixtures/capd-v1.14-dev-manifests.yaml");
+    let results = dry_run_all(&client, "default", yaml).await;
+    assert_eq!(results.len(), 10);
+    for r in results {
         r.unwrap();
     }
 }
@@ -96,25 +112,34 @@ async fn invalid_values_are_rejected_naming_the_field() {
 
 #[tokio::test]
 async fn custom_image_is_immutable() {
-    let (api, name) = created(
-        "DockerMachine",
-        "immutable",
-        json!({"customImage": "kindest/node:v1.35.0"}),
-    )
-    .await;
-    let err = api
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"customImage": "kindest/node:v1.36.0"}})),
-        )
-        .await
-        .expect_err("customImage change must be rejected");
-    let _ = api.delete(&name, &Default::default()).await;
-    assert!(
-        err.to_string().contains("spec.customImage is immutable"),
-        "{err}"
-    );
+    // The image sits where each kind keeps its docker fields.
+    let docker_machine: fn(&str) -> serde_json::Value = |i| json!({"customImage": i});
+    let dev_machine: fn(&str) -> serde_json::Value =
+        |i| json!({"backend": {"docker": {"customImage": i}}});
+    for (kind, with_image, message) in [
+        (
+            "DockerMachine",
+            docker_machine,
+            "spec.customImage is immutable",
+        ),
+        (
+            "DevMachine",
+            dev_machine,
+            "spec.backend.docker.customImage is immutable",
+        ),
+    ] {
+        let (api, name) = created(kind, "immutable", with_image("kindest/node:v1.35.0")).await;
+        let err = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": with_image("kindest/node:v1.36.0")})),
+            )
+            .await
+            .expect_err("customImage change must be rejected");
+        let _ = api.delete(&name, &Default::default()).await;
+        assert!(err.to_string().contains(message), "{kind}: {err}");
+    }
 }
 
 /// Contract item 3: the contract's status fields survive a status-subresource patch (not pruned).
@@ -256,85 +281,103 @@ async fn template_capacity_holds_quantities() {
     assert!(err.contains("status.capacity.cpu"), "{err}");
 }
 
-/// DockerClusterTemplate: `spec.template.spec` cannot change (its metadata can).
+/// DockerClusterTemplate and DevClusterTemplate: `spec.template.spec` cannot change (its
+/// metadata can).
 #[tokio::test]
 async fn cluster_template_spec_is_immutable() {
-    let (api, name) = created(
-        "DockerClusterTemplate",
-        "dct-immutable",
-        json!({"template": {"spec": {}}}),
-    )
-    .await;
-    let pp = PatchParams::default();
-    let spec_change = api
-        .patch(
-            &name,
-            &pp,
-            &Patch::Merge(
-                &json!({"spec": {"template": {"spec": {"loadBalancer": {"imageTag": "v2"}}}}}),
-            ),
-        )
-        .await;
-    let meta_change = api
-        .patch(
-            &name,
-            &pp,
-            &Patch::Merge(&json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}})),
-        )
-        .await;
-    let _ = api.delete(&name, &Default::default()).await;
-    let err = spec_change.expect_err("spec change").to_string();
-    assert!(err.contains("spec.template.spec is immutable"), "{err}");
-    meta_change.expect("the template's metadata may change");
+    for (kind, spec, changed) in [
+        (
+            "DockerClusterTemplate",
+            json!({}),
+            json!({"loadBalancer": {"imageTag": "v2"}}),
+        ),
+        (
+            "DevClusterTemplate",
+            json!({"backend": {"docker": {}}}),
+            json!({"backend": {"docker": {"loadBalancer": {"imageTag": "v2"}}}}),
+        ),
+    ] {
+        let (api, name) = created(kind, "ct-immutable", json!({"template": {"spec": spec}})).await;
+        let pp = PatchParams::default();
+        let spec_change = api
+            .patch(
+                &name,
+                &pp,
+                &Patch::Merge(&json!({"spec": {"template": {"spec": changed}}})),
+            )
+            .await;
+        let meta_change = api
+            .patch(
+                &name,
+                &pp,
+                &Patch::Merge(&json!({"spec": {"template": {"metadata": {"labels": {"a": "b"}}}}})),
+            )
+            .await;
+        let _ = api.delete(&name, &Default::default()).await;
+        let err = spec_change.expect_err("spec change").to_string();
+        assert!(
+            err.contains(&format!(
+                "spec.template.spec is immutable; create a new {kind}"
+            )),
+            "{err}"
+        );
+        meta_change.expect("the template's metadata may change");
+    }
 }
 
-/// DockerMachineTemplate: `spec.template.spec` cannot change, except in CAPI's topology dry-run
+/// DockerMachineTemplate and DevMachineTemplate: `spec.template.spec` cannot change, except in CAPI's topology dry-run
 /// (a dry-run request on an object carrying `topology.cluster.x-k8s.io/dry-run`), which the
 /// topology controller uses to compute a ClusterClass change before it makes a new template.
 #[tokio::test]
 async fn machine_template_spec_is_immutable_except_in_topology_dry_run() {
-    let (api, name) = created(
-        "DockerMachineTemplate",
-        "dmt-immutable",
-        json!({"template": {"spec": {"customImage": "kindest/node:v1.35.0"}}}),
-    )
-    .await;
-    let new_image =
-        json!({"spec": {"template": {"spec": {"customImage": "kindest/node:v1.36.0"}}}});
-    let dry_run = PatchParams {
-        dry_run: true,
-        ..Default::default()
-    };
-    let with_annotation = {
-        let mut p = new_image.clone();
-        p["metadata"] = json!({"annotations": {"topology.cluster.x-k8s.io/dry-run": ""}});
-        p
-    };
-    let plain = api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&new_image))
-        .await;
-    let dry_plain = api.patch(&name, &dry_run, &Patch::Merge(&new_image)).await;
-    let dry_topology = api
-        .patch(&name, &dry_run, &Patch::Merge(&with_annotation))
-        .await;
-    let labels = api
-        .patch(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"labels": {"a": "b"}}})),
+    let docker: fn(&str) -> serde_json::Value = |i| json!({"customImage": i});
+    let dev: fn(&str) -> serde_json::Value = |i| json!({"backend": {"docker": {"customImage": i}}});
+    for (kind, with_image) in [
+        ("DockerMachineTemplate", docker),
+        ("DevMachineTemplate", dev),
+    ] {
+        let (api, name) = created(
+            kind,
+            "mt-immutable",
+            json!({"template": {"spec": with_image("kindest/node:v1.35.0")}}),
         )
         .await;
-    let _ = api.delete(&name, &Default::default()).await;
-    let err = plain.expect_err("a spec change").to_string();
-    assert!(err.contains("spec.template.spec is immutable"), "{err}");
-    let err = dry_plain
-        .expect_err("a dry run without the topology annotation")
-        .to_string();
-    assert!(err.contains("spec.template.spec is immutable"), "{err}");
-    let accepted = dry_topology.expect("CAPI's topology dry-run goes through");
-    assert_eq!(
-        accepted.data["spec"]["template"]["spec"]["customImage"],
-        "kindest/node:v1.36.0"
-    );
-    labels.expect("metadata may change");
+        let new_image = json!({"spec": {"template": {"spec": with_image("kindest/node:v1.36.0")}}});
+        let dry_run = PatchParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        let with_annotation = {
+            let mut p = new_image.clone();
+            p["metadata"] = json!({"annotations": {"topology.cluster.x-k8s.io/dry-run": ""}});
+            p
+        };
+        let plain = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&new_image))
+            .await;
+        let dry_plain = api.patch(&name, &dry_run, &Patch::Merge(&new_image)).await;
+        let dry_topology = api
+            .patch(&name, &dry_run, &Patch::Merge(&with_annotation))
+            .await;
+        let labels = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"labels": {"a": "b"}}})),
+            )
+            .await;
+        let _ = api.delete(&name, &Default::default()).await;
+        let err = plain.expect_err("a spec change").to_string();
+        assert!(err.contains("spec.template.spec is immutable"), "{err}");
+        let err = dry_plain
+            .expect_err("a dry run without the topology annotation")
+            .to_string();
+        assert!(err.contains("spec.template.spec is immutable"), "{err}");
+        let accepted = dry_topology.expect("CAPI's topology dry-run goes through");
+        assert_eq!(
+            accepted.data["spec"]["template"]["spec"],
+            with_image("kindest/node:v1.36.0")
+        );
+        labels.expect("metadata may change");
+    }
 }

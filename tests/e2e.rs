@@ -264,8 +264,10 @@ async fn real_capi_drives_a_cluster_from_the_default_template() {
 }
 
 /// API parity with upstream: a ClusterClass change of the machine image goes through on real
-/// CAPI. The topology controller tells whether a template changed by server-side-applying the
-/// new DockerMachineTemplate in dry-run mode, annotated `topology.cluster.x-k8s.io/dry-run`,
+/// CAPI. The class is upstream v1.14's shape, with Dev* kinds: the DevCluster and the control
+/// plane's DevMachine are provisioned by the Dev* family of controllers. The topology controller
+/// tells whether a template changed by server-side-applying the new DevMachineTemplate in
+/// dry-run mode, annotated `topology.cluster.x-k8s.io/dry-run`,
 /// and then rotates to a new template. A CRD rule keeping `customImage` immutable refused that
 /// dry run, and the topology stalled; the admission policy of `config/admission` lets it pass
 /// (`tests/crds.rs` checks the policy itself).
@@ -304,7 +306,7 @@ async fn clusterclass_image_change_rotates_the_machine_template() {
             &env,
             &ns,
             "infrastructure.cluster.x-k8s.io",
-            "DockerMachineTemplate",
+            "DevMachineTemplate",
         );
         // The control plane's machine template, and its image.
         let current = || async {
@@ -313,24 +315,48 @@ async fn clusterclass_image_change_rotates_the_machine_template() {
                 .as_str()?
                 .to_string();
             let dmt = templates.get_opt(&template).await.ok()??;
-            let image = dmt.data["spec"]["template"]["spec"]["customImage"]
+            let image = dmt.data["spec"]["template"]["spec"]["backend"]["docker"]["customImage"]
                 .as_str()?
                 .to_string();
             Some((template, image))
         };
-        let (first, image) = eventually(
-            LONG,
-            "the control plane's DockerMachineTemplate",
-            || async { current().await.filter(|(_, image)| image == NODE_IMAGE) },
-        )
+        let (first, image) = eventually(LONG, "the control plane's DevMachineTemplate", || async {
+            current().await.filter(|(_, image)| image == NODE_IMAGE)
+        })
         .await;
         assert_eq!(image, NODE_IMAGE);
+        // The Dev* family serves the class's objects: the DevCluster's load balancer is up and
+        // the control plane's DevMachine has its node container, both labelled with their kind.
+        let dev_clusters = capi_api(&env, &ns, "infrastructure.cluster.x-k8s.io", "DevCluster");
+        eventually(LONG, "the DevCluster provisioned", || async {
+            let dc = dev_clusters
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .pop()?;
+            (dc.data["status"]["initialization"]["provisioned"] == json!(true)
+                && dc.data["spec"]["controlPlaneEndpoint"]["host"].is_string())
+            .then_some(())
+        })
+        .await;
+        let owners = eventually(LONG, "LB and control-plane containers", || async {
+            let kinds: Vec<String> = cluster_containers(&name, &ns)
+                .await
+                .iter()
+                .filter_map(|c| c.labels.get(labels::OWNER_KIND).cloned())
+                .collect();
+            (kinds.len() >= 2).then_some(kinds)
+        })
+        .await;
+        assert!(owners.contains(&"DevCluster".to_string()), "{owners:?}");
+        assert!(owners.contains(&"DevMachine".to_string()), "{owners:?}");
 
         let new_image = "capd-rs/node:light-next";
         kubectl(&["apply", "-f", "-"], Some(&cluster(new_image)));
         let (second, _) = eventually(
             LONG,
-            "a new DockerMachineTemplate with the new image",
+            "a new DevMachineTemplate with the new image",
             || async { current().await.filter(|(_, image)| image == new_image) },
         )
         .await;

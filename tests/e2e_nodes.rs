@@ -121,11 +121,22 @@ async fn lb_backends(cluster: &str) -> usize {
 }
 
 /// A MachinePool beside the MachineDeployment, with the workers' kubeadm config: CAPI core
-/// gives each of our instances (DockerMachines) a Machine, each joins as a Ready Node; our
-/// providerIDList reaches the MachinePool; 1 -> 2 -> 1 replicas (down through a Machine, so the
-/// node is drained and deleted).
-async fn machine_pool_scales(env: &TestEnvRef, ns: &str, name: &str, kc: &Path) {
-    let pool = format!("{name}-mp");
+/// gives each of our instances (DockerMachines, or DevMachines for a DevMachinePool) a Machine,
+/// each joins as a Ready Node; our providerIDList reaches the MachinePool; 1 -> 2 -> 1 -> 0
+/// replicas (down through a Machine, so the node is drained and deleted).
+async fn machine_pool_scales(env: &TestEnvRef, ns: &str, name: &str, kc: &Path, kind: &str) {
+    let (pool, spec, instance_kind) = match kind {
+        "DevMachinePool" => (
+            format!("{name}-dmp"),
+            json!({"backend": {"docker": {}}}),
+            "DevMachine",
+        ),
+        _ => (
+            format!("{name}-mp"),
+            json!({"template": {}}),
+            "DockerMachine",
+        ),
+    };
     let kct: serde_json::Value = serde_json::from_str(&kubectl(
         &[
             "get",
@@ -142,8 +153,8 @@ async fn machine_pool_scales(env: &TestEnvRef, ns: &str, name: &str, kc: &Path) 
     let manifests = json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
          "metadata": {"name": pool, "namespace": ns}, "spec": kct["spec"]["template"]["spec"]},
-        {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachinePool",
-         "metadata": {"name": pool, "namespace": ns}, "spec": {"template": {}}},
+        {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": kind,
+         "metadata": {"name": pool, "namespace": ns}, "spec": spec},
         {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
          "metadata": {"name": pool, "namespace": ns},
          "spec": {"clusterName": name, "replicas": 1, "template": {"spec": {
@@ -151,16 +162,11 @@ async fn machine_pool_scales(env: &TestEnvRef, ns: &str, name: &str, kc: &Path) 
             "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
                                         "kind": "KubeadmConfig", "name": pool}},
             "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                  "kind": "DockerMachinePool", "name": pool}}}}}
+                                  "kind": kind, "name": pool}}}}}
     ]});
     let t0 = Instant::now();
     kubectl(&["apply", "-f", "-"], Some(&manifests.to_string()));
-    let pools = capi_api(
-        env,
-        ns,
-        "infrastructure.cluster.x-k8s.io",
-        "DockerMachinePool",
-    );
+    let pools = capi_api(env, ns, "infrastructure.cluster.x-k8s.io", kind);
     let machine_pools = capi_api(env, ns, "cluster.x-k8s.io", "MachinePool");
     // The pool's Machines and their providerIDs, as CAPI core sees them.
     let listed = |n: usize| {
@@ -174,7 +180,7 @@ async fn machine_pool_scales(env: &TestEnvRef, ns: &str, name: &str, kc: &Path) 
         async move {
             eventually(
                 Duration::from_secs(120),
-                &format!("{n} pool instances listed by the DockerMachinePool and the MachinePool"),
+                &format!("{n} pool instances listed by the pool and the MachinePool"),
                 || async {
                     let mut ids: Vec<String> = machines(&env, &ns)
                         .await
@@ -185,12 +191,16 @@ async fn machine_pool_scales(env: &TestEnvRef, ns: &str, name: &str, kc: &Path) 
                     ids.sort();
                     let dmp = pools.get(&pool).await.ok()?;
                     let mp = machine_pools.get(&pool).await.ok()?;
+                    // CAPI drops an empty list: absent reads as empty.
+                    let listed = |v: &serde_json::Value| {
+                        v.as_array().map_or(0, Vec::len) == n && (n == 0 || *v == json!(ids))
+                    };
                     (ids.len() == n
-                        && dmp.data["spec"]["providerIDList"] == json!(ids)
-                        && dmp.data["status"]["replicas"] == json!(n)
-                        && mp.data["spec"]["providerIDList"] == json!(ids)
-                        && mp.data["status"]["replicas"] == json!(n))
-                    .then_some(dmp)
+                        && listed(&dmp.data["spec"]["providerIDList"])
+                        && dmp.data["status"]["replicas"].as_u64().unwrap_or(0) == n as u64
+                        && listed(&mp.data["spec"]["providerIDList"])
+                        && mp.data["status"]["replicas"].as_u64().unwrap_or(0) == n as u64)
+                        .then_some(dmp)
                 },
             )
             .await
@@ -198,13 +208,13 @@ async fn machine_pool_scales(env: &TestEnvRef, ns: &str, name: &str, kc: &Path) 
     };
     wait_for_nodes(env, ns, kc, 1, 2, "MachinePool: 1 instance joined").await;
     eprintln!(
-        "MachinePool 0 -> 1 Node Ready: {:.0}s",
+        "MachinePool ({kind}) 0 -> 1 Node Ready: {:.0}s",
         t0.elapsed().as_secs_f64()
     );
     let dmp = listed(1).await;
     assert_eq!(
         dmp.data["status"]["infrastructureMachineKind"],
-        "DockerMachine"
+        instance_kind
     );
     assert_eq!(dmp.data["status"]["ready"], true);
     let replicas = |n: u32| json!({"spec": {"replicas": n}});
@@ -229,6 +239,12 @@ async fn machine_pool_scales(env: &TestEnvRef, ns: &str, name: &str, kc: &Path) 
         pool_containers, 1,
         "the removed instance's container is gone"
     );
+    machine_pools
+        .patch(&pool, &PatchParams::default(), &Patch::Merge(&replicas(0)))
+        .await
+        .unwrap();
+    wait_for_nodes(env, ns, kc, 1, 1, "MachinePool: scaled to zero").await;
+    listed(0).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,7 +411,8 @@ async fn the_default_template_gives_a_workload_cluster_whose_nodes_go_ready() {
         assert_eq!(left.len(), 2);
         assert!(nodes.len() == 3);
 
-        machine_pool_scales(&env, &ns, &name, &kc).await;
+        machine_pool_scales(&env, &ns, &name, &kc, "DockerMachinePool").await;
+        machine_pool_scales(&env, &ns, &name, &kc, "DevMachinePool").await;
 
         // Deletion leaves no container, volume or network of the cluster.
         kubectl(

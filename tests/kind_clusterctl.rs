@@ -10,10 +10,10 @@
 //! go through capd-rs' conversion webhook; cert-manager's: clusterctl's own check creates an
 //! Issuer and a Certificate); cert-manager never refused by its RBAC; two workload clusters, the
 //! default flavor (KubeadmControlPlane, MachineDeployment) and development-mp (ClusterClass
-//! quick-start, a MachinePool on our DockerMachinePool), each with its control-plane and worker
-//! Node Ready and the Cluster Available, their containers made by capd-rs in its Pod through the
-//! mounted Docker socket; deleting the Clusters removes every container of them;
-//! `hack/kind.sh down` leaves no kind container behind.
+//! quick-start of Dev* templates, a MachinePool on our DevMachinePool), each with its
+//! control-plane and worker Node Ready and the Cluster Available, their containers made by capd-rs
+//! in its Pod through the mounted Docker socket; deleting the Clusters removes every container of
+//! them; `hack/kind.sh down` leaves no kind container behind.
 mod common;
 
 use std::{
@@ -289,7 +289,8 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
             .unwrap_or_else(|e| panic!("kubectl apply cluster {name}: {e}"));
     }
 
-    // Our conversion webhook: the templates read back at v1beta1 (2 of `wl`, 2 of the class).
+    // Our conversion webhook: `wl`'s two templates read back at v1beta1 (the class's are
+    // DevMachineTemplates, v1beta2 only, as upstream's).
     // Polled: clusterctl waits for the Deployments, not for cainjector to put the CA into the
     // CRD's conversion config.
     let ns = kind.namespace.clone();
@@ -306,7 +307,7 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
                     &ns,
                 ],
             )?;
-            (list["items"].as_array()?.len() >= 4).then_some(list)
+            (list["items"].as_array()?.len() == 2).then_some(list)
         },
     )
     .await;
@@ -363,9 +364,9 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
             t2.elapsed().as_secs_f64()
         );
     }
-    // The MachinePool's worker is an instance of our DockerMachinePool: its providerID listed
-    // in the pool, a DockerMachine owned by the pool.
-    let pools = wl_json(&kc, &["get", "dockermachinepools", "-n", &ns]).unwrap();
+    // The MachinePool's worker is an instance of our DevMachinePool: its providerID listed in
+    // the pool, a DevMachine owned by the pool.
+    let pools = wl_json(&kc, &["get", "devmachinepools", "-n", &ns]).unwrap();
     let ids: Vec<_> = pools["items"]
         .as_array()
         .unwrap()
@@ -378,7 +379,7 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
         })
         .collect();
     assert_eq!(ids.len(), 1, "{pools}");
-    let machines = wl_json(&kc, &["get", "dockermachines", "-n", &ns]).unwrap();
+    let machines = wl_json(&kc, &["get", "devmachines", "-n", &ns]).unwrap();
     let pooled = machines["items"]
         .as_array()
         .unwrap()
@@ -388,7 +389,7 @@ async fn clusterctl_init_on_kind_then_a_workload_cluster() {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .any(|o| o["kind"] == "DockerMachinePool")
+                .any(|o| o["kind"] == "DevMachinePool")
         })
         .count();
     assert_eq!(pooled, 1, "{machines}");

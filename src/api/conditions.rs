@@ -53,6 +53,8 @@ pub mod reasons {
     pub const BOOTSTRAP_DATA_NOT_FOUND: &str = "BootstrapDataNotFound";
     /// Ours: the spec cannot be acted on (e.g. no version and no customImage).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A Dev* object asks for a backend other than docker (upstream's in-memory test backend).
+    pub const BACKEND_NOT_SERVED: &str = "BackendNotServed";
     // DockerMachinePool (CAPI's MachineSet/MachinePool words).
     pub const SCALING_UP: &str = "ScalingUp";
     pub const SCALING_DOWN: &str = "ScalingDown";

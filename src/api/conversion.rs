@@ -82,7 +82,16 @@ pub fn convert(object: Value, desired: &str) -> Result<Value, ConversionError> {
     let mut metadata = object
         .remove("metadata")
         .unwrap_or(Value::Object(Map::new()));
-    let result = match kind.as_str() {
+    // A Dev* kind converts as the Docker* kind it holds under `spec.backend.docker` (the
+    // annotation too); its other backends are the same in both versions and set aside.
+    let dev = super::dev::docker_kind(&kind);
+    let backend = dev.map(|_| {
+        edit_saved(&mut metadata, |saved| {
+            super::dev::to_docker_shape(&kind, saved);
+        });
+        super::dev::to_docker_shape(&kind, &mut object)
+    });
+    let result = match dev.unwrap_or(kind.as_str()) {
         "DockerCluster" => convert_body::<DockerClusterKind>(&object, &mut metadata, up),
         "DockerMachine" => convert_body::<DockerMachineKind>(&object, &mut metadata, up),
         "DockerClusterTemplate" => {
@@ -106,10 +115,31 @@ pub fn convert(object: Value, desired: &str) -> Result<Value, ConversionError> {
         kind: kind.clone(),
         message,
     })?;
+    if let Some(backend) = backend {
+        edit_saved(&mut metadata, |saved| {
+            super::dev::from_docker_shape(&kind, saved, backend.clone());
+        });
+        super::dev::from_docker_shape(&kind, &mut body, backend);
+    }
     body.insert("apiVersion".into(), Value::String(desired.into()));
     body.insert("kind".into(), Value::String(kind));
     body.insert("metadata".into(), metadata);
     Ok(Value::Object(body))
+}
+
+/// Apply `edit` to the body saved in [`DATA_ANNOTATION`], if there is one that parses.
+fn edit_saved(metadata: &mut Value, edit: impl FnOnce(&mut Map<String, Value>)) {
+    let Some(slot) = metadata
+        .get_mut("annotations")
+        .and_then(|a| a.get_mut(DATA_ANNOTATION))
+    else {
+        return;
+    };
+    if let Some(Value::Object(mut saved)) = slot.as_str().and_then(|s| serde_json::from_str(s).ok())
+    {
+        edit(&mut saved);
+        *slot = Value::String(Value::Object(saved).to_string());
+    }
 }
 
 /// `spec` and `status` of one version of a kind (what conversion changes).
@@ -723,6 +753,56 @@ mod tests {
     }
 
     #[test]
+    fn dev_kinds_round_trip_with_their_backends() {
+        for obj in [
+            json!({"apiVersion": V1BETA2, "kind": "DevCluster", "metadata": meta(),
+                   "spec": {"controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443},
+                            "backend": {"docker": {"failureDomains": [{"name": "a", "controlPlane": true}]}}},
+                   "status": {"initialization": {"provisioned": true}, "ready": true}}),
+            json!({"apiVersion": V1BETA2, "kind": "DevClusterTemplate", "metadata": meta(),
+                   "spec": {"template": {"spec": {"backend": {"docker": {}}}}}}),
+            json!({"apiVersion": V1BETA2, "kind": "DevMachine", "metadata": meta(),
+                   "spec": {"providerID": "docker:////c-m",
+                            "backend": {"inMemory": {"vm": {"provisioning": {"startupDuration": "2s"}}}}}}),
+            json!({"apiVersion": V1BETA2, "kind": "DevMachineTemplate", "metadata": meta(),
+                   "spec": {"template": {"spec": {"backend": {"docker": {"extraMounts": [{"containerPath": "/x", "hostPath": "/y"}]}}}}}}),
+        ] {
+            let old_obj = round_trip_from_new(obj.clone());
+            let backend = |o: &Value| {
+                let spec = &o["spec"];
+                let spec = if spec["template"].is_object() {
+                    &spec["template"]["spec"]
+                } else {
+                    spec
+                };
+                let b = &spec["backend"];
+                (b["docker"].is_object(), b["inMemory"].clone())
+            };
+            assert_eq!(
+                backend(&old_obj),
+                backend(&obj),
+                "same backend layout in v1beta1"
+            );
+            round_trip_from_old(old_obj);
+        }
+        // What v1beta1 cannot hold is saved in the Dev* shape, as upstream saves it.
+        let dm = json!({"apiVersion": V1BETA2, "kind": "DevMachine", "metadata": meta(),
+                        "spec": {"backend": {"docker": {"customImage": "img:1"}}},
+                        "status": {"failureDomain": "fd-a", "loadBalancerConfigured": false}});
+        let old_obj = round_trip_from_new(dm);
+        let saved: Value = serde_json::from_str(
+            old_obj["metadata"]["annotations"][DATA_ANNOTATION]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            saved["spec"],
+            json!({"backend": {"docker": {"customImage": "img:1"}}})
+        );
+    }
+
+    #[test]
     fn a_hand_edited_annotation_is_dropped_not_fatal() {
         let mut obj =
             json!({"apiVersion": V1BETA1, "kind": "DockerMachine", "metadata": meta(), "spec": {}});
@@ -738,10 +818,11 @@ mod tests {
             convert(obj, V1BETA2),
             Err(ConversionError::Version { .. })
         ));
-        let obj = json!({"apiVersion": V1BETA1, "kind": "DevMachine", "metadata": meta()});
+        // Served in v1beta2 only, as upstream.
+        let obj = json!({"apiVersion": V1BETA1, "kind": "DevMachinePool", "metadata": meta()});
         assert_eq!(
             convert(obj, V1BETA2),
-            Err(ConversionError::Kind("DevMachine".into()))
+            Err(ConversionError::Kind("DevMachinePool".into()))
         );
         let obj = json!({"apiVersion": V1BETA2, "kind": "DockerMachine", "metadata": meta(), "spec": {"extraMounts": "x"}});
         let err = convert(obj, V1BETA1).unwrap_err().to_string();

@@ -8,14 +8,20 @@ use serde_json::json;
 
 use super::{
     DockerCluster, DockerClusterTemplate, DockerMachine, DockerMachinePool,
-    DockerMachinePoolTemplate, DockerMachineTemplate, VERSION, v1beta1,
+    DockerMachinePoolTemplate, DockerMachineTemplate, VERSION,
+    dev::{
+        DevCluster, DevClusterTemplate, DevMachine, DevMachinePool, DevMachinePoolTemplate,
+        DevMachineTemplate,
+    },
+    v1beta1,
 };
 
 /// CAPI core resolves `apiGroup`-only references through this label on our CRDs.
 pub const CONTRACT_LABEL: (&str, &str) = ("cluster.x-k8s.io/v1beta2", "v1beta2");
 
-/// All our CRDs, labelled, in a stable order: each serves v1beta1 (deprecated, converted by the
-/// manager's webhook) and v1beta2 (stored).
+/// All our CRDs, labelled, in a stable order: the Docker* kinds, then the Dev* kinds. Each
+/// serves v1beta2 (stored) and, but for the Dev* pools (as upstream), v1beta1 (deprecated,
+/// converted by the manager's webhook).
 ///
 /// Conversion is not set here: `config/crd` adds the webhook for `clusterctl` (cert-manager
 /// injects its CA), and `hack/plane.sh` points it at a manager on the host. Without it the API
@@ -39,8 +45,23 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         ],
     ]
     .into_iter()
+    .map(Vec::from)
+    .chain([
+        vec![DevCluster::crd(), v1beta1::DevCluster::crd()],
+        vec![
+            DevClusterTemplate::crd(),
+            v1beta1::DevClusterTemplate::crd(),
+        ],
+        vec![DevMachine::crd(), v1beta1::DevMachine::crd()],
+        vec![
+            DevMachineTemplate::crd(),
+            v1beta1::DevMachineTemplate::crd(),
+        ],
+        vec![DevMachinePool::crd()],
+        vec![DevMachinePoolTemplate::crd()],
+    ])
     .map(|versions| {
-        let mut crd = merge_crds(versions.into(), VERSION).expect("one kind, two versions");
+        let mut crd = merge_crds(versions, VERSION).expect("one kind, one or two versions");
         for version in &mut crd.spec.versions {
             if version.name != VERSION {
                 // As upstream: kubectl warns whoever still writes v1beta1.
@@ -54,6 +75,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
                 strip_nullable(schema);
                 int_or_string(schema);
                 root_rules(&crd.spec.names.kind, schema);
+                dev_backend(&crd.spec.names.kind, schema);
             }
         }
         crd.metadata
@@ -122,7 +144,17 @@ fn root_rules(kind: &str, root: &mut JSONSchemaProps) {
                 "spec.customImage is immutable",
             )]);
         }
-        "DockerClusterTemplate" => {
+        "DevCluster" | "DevMachinePool" => spec.default = Some(JSON(json!({"backend": {}}))),
+        "DevMachine" => {
+            spec.default = Some(JSON(json!({"backend": {}})));
+            spec.x_kubernetes_validations = Some(vec![rule(
+                "!has(self.backend) || !has(oldSelf.backend) || !has(self.backend.docker) || !has(oldSelf.backend.docker) || \
+                 (has(self.backend.docker.customImage) ? self.backend.docker.customImage : '') == \
+                 (has(oldSelf.backend.docker.customImage) ? oldSelf.backend.docker.customImage : '')",
+                "spec.backend.docker.customImage is immutable",
+            )]);
+        }
+        "DockerClusterTemplate" | "DevClusterTemplate" => {
             if let Some(inner) = spec
                 .properties
                 .as_mut()
@@ -132,11 +164,38 @@ fn root_rules(kind: &str, root: &mut JSONSchemaProps) {
             {
                 inner.x_kubernetes_validations = Some(vec![rule(
                     "self == oldSelf",
-                    "spec.template.spec is immutable; create a new DockerClusterTemplate instead",
+                    &format!("spec.template.spec is immutable; create a new {kind} instead"),
                 )]);
             }
         }
         _ => {}
+    }
+}
+
+/// A Dev* kind's `backend.docker` is the Docker* spec without the contract's field, which the
+/// Dev* spec holds one level up: drop it from the schema, so that it is not accepted twice.
+fn dev_backend(kind: &str, root: &mut JSONSchemaProps) {
+    let field = match kind {
+        "DevCluster" | "DevClusterTemplate" => "controlPlaneEndpoint",
+        "DevMachine" | "DevMachineTemplate" => "providerID",
+        _ => return,
+    };
+    let mut spec = root.properties.as_mut().and_then(|p| p.get_mut("spec"));
+    if kind.ends_with("Template") {
+        spec = spec
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("template"))
+            .and_then(|t| t.properties.as_mut())
+            .and_then(|p| p.get_mut("spec"));
+    }
+    if let Some(docker) = spec
+        .and_then(|s| s.properties.as_mut())
+        .and_then(|p| p.get_mut("backend"))
+        .and_then(|b| b.properties.as_mut())
+        .and_then(|p| p.get_mut("docker"))
+        .and_then(|d| d.properties.as_mut())
+    {
+        docker.remove(field);
     }
 }
 

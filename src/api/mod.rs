@@ -9,6 +9,7 @@ pub mod common;
 pub mod conditions;
 pub mod conversion;
 pub mod crds;
+pub mod dev;
 pub mod docker_cluster;
 pub mod docker_machine;
 pub mod docker_machine_pool;

@@ -321,3 +321,124 @@ pub struct DockerMachinePoolTemplateResource {
     pub metadata: Option<ObjectMeta>,
     pub spec: DockerMachinePoolSpec,
 }
+
+/// v1beta1 desired state of a DevCluster (the backend layout of v1beta2).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "DevCluster",
+    plural = "devclusters",
+    namespaced,
+    status = "DockerClusterStatus",
+    category = "cluster-api",
+    printcolumn = r#"{"name":"Cluster","type":"string","description":"Cluster","jsonPath":".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","description":"Time duration since creation of DevCluster","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DevClusterSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = {"port": 6443}))]
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+    #[serde(default)]
+    pub backend: DevClusterBackend,
+}
+
+/// v1beta1 backends of a DevCluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DevClusterBackend {
+    /// A v1beta1 DockerCluster's spec, but for `controlPlaneEndpoint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker: Option<DockerClusterSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::dev::in_memory_schema")]
+    pub in_memory: Option<serde_json::Value>,
+}
+
+/// v1beta1 desired state of a DevMachine.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "DevMachine",
+    plural = "devmachines",
+    namespaced,
+    status = "DockerMachineStatus",
+    category = "cluster-api",
+    printcolumn = r#"{"name":"Cluster","type":"string","description":"Cluster","jsonPath":".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']"}"#,
+    printcolumn = r#"{"name":"Machine","type":"string","description":"Machine object which owns this DevMachine","jsonPath":".metadata.ownerReferences[?(@.kind==\"Machine\")].name"}"#,
+    printcolumn = r#"{"name":"ProviderID","type":"string","description":"Provider ID","jsonPath":".spec.providerID"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","description":"Machine ready status","jsonPath":".status.ready"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","description":"Time duration since creation of DevMachine","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DevMachineSpec {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        rename = "providerID"
+    )]
+    #[schemars(length(max = 512))]
+    pub provider_id: Option<String>,
+    #[serde(default)]
+    pub backend: DevMachineBackend,
+}
+
+/// v1beta1 backends of a DevMachine.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DevMachineBackend {
+    /// A v1beta1 DockerMachine's spec, but for `providerID`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker: Option<DockerMachineSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::dev::in_memory_schema")]
+    pub in_memory: Option<serde_json::Value>,
+}
+
+/// v1beta1 desired state of a DevClusterTemplate.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "DevClusterTemplate",
+    plural = "devclustertemplates",
+    namespaced,
+    category = "cluster-api",
+    printcolumn = r#"{"name":"Age","type":"date","description":"Time duration since creation of DevClusterTemplate","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct DevClusterTemplateSpec {
+    pub template: DevClusterTemplateResource,
+}
+
+/// The DevCluster stamped out from the template.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct DevClusterTemplateResource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMeta>,
+    pub spec: DevClusterSpec,
+}
+
+/// v1beta1 desired state of a DevMachineTemplate.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1beta1",
+    kind = "DevMachineTemplate",
+    plural = "devmachinetemplates",
+    namespaced,
+    category = "cluster-api",
+    printcolumn = r#"{"name":"Age","type":"date","description":"Time duration since creation of DevMachineTemplate","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct DevMachineTemplateSpec {
+    pub template: DevMachineTemplateResource,
+}
+
+/// The DevMachine stamped out from the template.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct DevMachineTemplateResource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMeta>,
+    pub spec: DevMachineSpec,
+}

@@ -11,17 +11,13 @@ use kube::{
 use serde::de::DeserializeOwned;
 
 use super::error::Result;
-use crate::{
-    api::DockerCluster,
-    capi::{Cluster, Machine, MachinePool},
-};
+use crate::capi::{Cluster, Machine, MachinePool};
 
 /// Read handles of the shared caches.
 #[derive(Clone)]
 pub struct Caches {
     pub clusters: Store<Cluster>,
     pub machines: Store<Machine>,
-    pub docker_clusters: Store<DockerCluster>,
     /// Read by the pool controller and by every reconcile of a pool's instance (its bootstrap
     /// data and version are the MachinePool's).
     pub machine_pools: Store<MachinePool>,
@@ -31,7 +27,6 @@ pub struct Caches {
 pub struct CacheWriters {
     pub clusters: Writer<Cluster>,
     pub machines: Writer<Machine>,
-    pub docker_clusters: Writer<DockerCluster>,
     pub machine_pools: Writer<MachinePool>,
 }
 
@@ -39,19 +34,16 @@ pub struct CacheWriters {
 pub fn caches() -> (Caches, CacheWriters) {
     let (clusters, cw) = reflector::store();
     let (machines, mw) = reflector::store();
-    let (docker_clusters, dw) = reflector::store();
     let (machine_pools, pw) = reflector::store();
     (
         Caches {
             clusters,
             machines,
-            docker_clusters,
             machine_pools,
         },
         CacheWriters {
             clusters: cw,
             machines: mw,
-            docker_clusters: dw,
             machine_pools: pw,
         },
     )
@@ -65,7 +57,6 @@ impl Caches {
         let _ = futures::join!(
             self.clusters.wait_until_ready(),
             self.machines.wait_until_ready(),
-            self.docker_clusters.wait_until_ready(),
             self.machine_pools.wait_until_ready(),
         );
     }

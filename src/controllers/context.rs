@@ -1,25 +1,32 @@
-//! What every reconcile shares: clients, settings, metrics, backoff and in-flight work.
+//! What every reconcile shares: clients, settings, metrics, backoff and in-flight work
+//! ([`Shared`], one per manager), and what one family of controllers adds ([`Context`]).
 use std::{
     collections::{BTreeMap, HashMap},
+    ops::Deref,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
 use futures::channel::mpsc::UnboundedSender;
 use kube::{
-    Client,
+    Api, Client,
     runtime::{
         events::{Recorder, Reporter},
-        reflector::ObjectRef,
+        reflector::{ObjectRef, Store},
     },
 };
 
 use super::{
-    backoff::Backoff, bootstrap_tasks::BootstrapTasks, caches::Caches, patch::StatusVersions,
+    backoff::Backoff,
+    bootstrap_tasks::BootstrapTasks,
+    caches::{self, Caches},
+    error::Result,
+    kinds::Kinds,
+    patch::StatusVersions,
     workload::WorkloadClients,
 };
 use crate::{
-    api::DockerMachine,
+    api::{DockerCluster, DockerMachine, dev::DevCluster},
     docker::{ContainerRuntime, NodePrivilege, host_paths::HostPathPolicy},
     telemetry::Metrics,
 };
@@ -63,33 +70,31 @@ impl Default for Settings {
     }
 }
 
-pub struct Context {
+/// What both families of controllers share (one per manager).
+pub struct Shared {
     pub client: Client,
     pub runtime: Arc<dyn ContainerRuntime>,
     pub settings: Settings,
     pub metrics: Arc<Metrics>,
-    /// Cluster, Machine and DockerCluster as the watches last saw them.
+    /// Cluster, Machine and MachinePool as the watches last saw them.
     pub caches: Caches,
     pub backoff: Backoff,
     pub bootstraps: BootstrapTasks,
     /// Clients for workload clusters (to set Node providerIDs).
     pub workload: WorkloadClients,
-    /// Wakes a DockerMachine's reconcile from background work (a finished bootstrap).
-    pub wake: UnboundedSender<ObjectRef<DockerMachine>>,
     pub lb_locks: LbLocks,
     pub status_versions: StatusVersions,
     /// Publishes Kubernetes Events (see [`super::events`]).
     pub recorder: Recorder,
 }
 
-impl Context {
+impl Shared {
     pub fn new(
         client: Client,
         runtime: Arc<dyn ContainerRuntime>,
         settings: Settings,
         metrics: Arc<Metrics>,
         caches: Caches,
-        wake: UnboundedSender<ObjectRef<DockerMachine>>,
     ) -> Self {
         let reporter = Reporter {
             controller: "capd-rs".into(),
@@ -105,7 +110,6 @@ impl Context {
             caches,
             backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(120)),
             workload: WorkloadClients::default(),
-            wake,
             lb_locks: LbLocks::default(),
             status_versions: StatusVersions::default(),
         }
@@ -130,6 +134,51 @@ impl Context {
     pub fn forget(&self, backoff_key: &str, uid: &str) {
         self.backoff.reset(backoff_key);
         self.status_versions.forget(uid);
+    }
+}
+
+/// The context of one family of controllers ([`Kinds`]): the shared parts, the family's
+/// cluster objects (as DockerCluster views) and the channel that wakes its machines.
+pub struct Context {
+    pub shared: Arc<Shared>,
+    pub kinds: Kinds,
+    /// The family's cluster objects, as the cluster controller's watch last saw them.
+    pub infra_clusters: Store<DockerCluster>,
+    /// Wakes a machine's reconcile from background work (a finished bootstrap).
+    pub wake: UnboundedSender<ObjectRef<DockerMachine>>,
+}
+
+impl Deref for Context {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+impl Context {
+    /// The family's cluster object `namespace/name` (a DevCluster as its view), from the
+    /// cache, or from the API server when the cache has not seen it (yet).
+    pub async fn infra_cluster(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Arc<DockerCluster>>> {
+        if !self.kinds.is_dev() {
+            return caches::get(&self.infra_clusters, &self.client, namespace, name).await;
+        }
+        if let Some(view) = self
+            .infra_clusters
+            .get(&ObjectRef::new(name).within(namespace))
+        {
+            return Ok(Some(view));
+        }
+        Ok(
+            Api::<DevCluster>::namespaced(self.client.clone(), namespace)
+                .get_opt(name)
+                .await?
+                .map(|dc| Arc::new(dc.view())),
+        )
     }
 }
 

@@ -1,11 +1,12 @@
-//! DockerCluster reconciler: an HAProxy load-balancer container per cluster.
+//! DockerCluster reconciler (DevCluster's too, as its view): an HAProxy load-balancer container
+//! per cluster.
 //!
 //! fetch (the owner Cluster, from the cache) -> decide ([`decide`], pure) -> act (the load
 //! balancer) -> status (one guarded merge patch, only when it changed).
 use std::{sync::Arc, time::Duration};
 
 use chrono::Utc;
-use kube::{Api, ResourceExt, runtime::controller::Action};
+use kube::{ResourceExt, runtime::controller::Action};
 use serde_json::json;
 use tracing::{Instrument, info, info_span, warn};
 
@@ -13,25 +14,28 @@ use super::{
     caches,
     context::Context,
     error::{Error, Result},
-    events, load_balancer,
+    events,
+    kinds::Kinds,
+    load_balancer,
     patch::Patcher,
 };
 use crate::{
     api::{
         ApiEndpoint, DockerCluster, DockerClusterStatus, Initialization,
         conditions::{self, Desired, reasons, types},
+        dev,
     },
     capi::{self, Cluster},
     docker::labels,
 };
 
+/// Upstream's; a DevCluster carries the same one.
 pub const FINALIZER: &str = "dockercluster.infrastructure.cluster.x-k8s.io";
-const KIND: &str = "DockerCluster";
 
 pub async fn reconcile(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Action> {
     let ns = dc.namespace().unwrap_or_default();
     let owner = capi::capi_owner(&dc.metadata, "Cluster").map(|o| o.name.clone());
-    let span = info_span!("reconcile", kind = KIND, namespace = %ns, name = %dc.name_any(), cluster = owner.as_deref().unwrap_or(""));
+    let span = info_span!("reconcile", kind = ctx.kinds.cluster, namespace = %ns, name = %dc.name_any(), cluster = owner.as_deref().unwrap_or(""));
     reconcile_inner(dc, ctx).instrument(span).await
 }
 
@@ -44,6 +48,11 @@ pub enum Plan {
     AwaitOwner,
     /// Deleted before it ever had an owner: remove what carries its UID, then let go.
     DeleteOrphan,
+    /// A DevCluster whose backend this provider does not serve: say so, and let it be deleted.
+    Unserved {
+        backend: String,
+        deleting: bool,
+    },
     /// The owner Cluster does not exist (transient: it may appear).
     Missing(String),
     Paused(Vec<String>),
@@ -53,10 +62,17 @@ pub enum Plan {
     Normal(Arc<Cluster>),
 }
 
-/// Pure: the plan for `dc` whose owner Cluster (from the cache) is `cluster`.
-pub fn decide(dc: &DockerCluster, cluster: Option<Arc<Cluster>>) -> Plan {
+/// Pure: the plan for `dc` (of kind `kind`) whose owner Cluster (from the cache) is `cluster`.
+pub fn decide(kind: &str, dc: &DockerCluster, cluster: Option<Arc<Cluster>>) -> Plan {
     let deleting = dc.metadata.deletion_timestamp.is_some();
-    let owner = match capi::ownership(&dc.metadata, FINALIZER, "Cluster") {
+    let ownership = capi::ownership(&dc.metadata, FINALIZER, "Cluster");
+    if let Some(backend) = dev::unserved_backend(&dc.metadata)
+        && !matches!(ownership, capi::Ownership::External)
+    {
+        let backend = backend.to_string();
+        return Plan::Unserved { backend, deleting };
+    }
+    let owner = match ownership {
         capi::Ownership::External => return Plan::LeaveAlone,
         capi::Ownership::Unowned { deleting: true } => return Plan::DeleteOrphan,
         capi::Ownership::Unowned { deleting: false } => return Plan::AwaitOwner,
@@ -66,7 +82,7 @@ pub fn decide(dc: &DockerCluster, cluster: Option<Arc<Cluster>>) -> Plan {
         let ns = dc.namespace().unwrap_or_default();
         return Plan::Missing(format!("owner Cluster {ns}/{owner} not found"));
     }
-    let paused = capi::paused_reasons(cluster.as_deref(), &dc.metadata, KIND);
+    let paused = capi::paused_reasons(cluster.as_deref(), &dc.metadata, kind);
     if !paused.is_empty() {
         return Plan::Paused(paused);
     }
@@ -84,10 +100,10 @@ async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Ac
         Some(owner) => caches::get(&ctx.caches.clusters, &ctx.client, &ns, &owner.name).await?,
         None => None,
     };
-    let plan = decide(&dc, cluster);
+    let kind = ctx.kinds.cluster;
+    let plan = decide(kind, &dc, cluster);
 
-    let api: Api<DockerCluster> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut patcher = Patcher::new(api, &dc);
+    let mut patcher = Patcher::new(Kinds::api(kind, &ctx.client, &ns), dc.as_ref());
     let mut status = dc.status.clone().unwrap_or_default();
     let set_paused = |status: &mut DockerClusterStatus, why: &[String]| {
         conditions::set(
@@ -106,8 +122,40 @@ async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Ac
         Plan::DeleteOrphan => {
             let uid = dc.uid().unwrap_or_default();
             crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
-            patcher.remove_finalizer(&dc, FINALIZER).await?;
-            ctx.forget(&super::key(dc.as_ref()), &uid);
+            patcher.remove_finalizer(dc.as_ref(), FINALIZER).await?;
+            ctx.forget(&super::key(kind, dc.as_ref()), &uid);
+            Ok(Action::await_change())
+        }
+        Plan::Unserved { backend, deleting } => {
+            if deleting {
+                // It may have had a docker backend before: nothing of it may stay.
+                let uid = dc.uid().unwrap_or_default();
+                crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
+                patcher.remove_finalizer(dc.as_ref(), FINALIZER).await?;
+                ctx.forget(&super::key(kind, dc.as_ref()), &uid);
+                return Ok(Action::await_change());
+            }
+            let why = Desired::false_(
+                types::LOAD_BALANCER_AVAILABLE,
+                reasons::BACKEND_NOT_SERVED,
+                dev::unserved_message(kind, &backend),
+            );
+            let conds = status.conditions.get_or_insert_with(Vec::new);
+            conditions::set(conds, &why, dc.metadata.generation, Utc::now());
+            let ready = conditions::summarize_ready(conds, &[types::LOAD_BALANCER_AVAILABLE]);
+            conditions::set(conds, &ready, dc.metadata.generation, Utc::now());
+            patcher
+                .status(dc.status.as_ref(), &status, &ctx.status_versions)
+                .await?;
+            let before = dc.status.as_ref().and_then(|s| s.conditions.as_ref());
+            let regarding = Kinds::reference(kind, &dc.metadata);
+            events::publish(
+                &ctx.recorder,
+                &regarding,
+                before,
+                status.conditions.as_ref(),
+            )
+            .await;
             Ok(Action::await_change())
         }
         Plan::Missing(message) => Err(Error::Missing(message)),
@@ -124,14 +172,14 @@ async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Ac
         }
         Plan::Normal(cluster) => {
             set_paused(&mut status, &[]);
-            patcher.add_finalizer(&dc, FINALIZER).await?;
+            patcher.add_finalizer(dc.as_ref(), FINALIZER).await?;
             reconcile_normal(&mut patcher, &dc, &ctx, &cluster, status).await
         }
     }
 }
 
 async fn reconcile_normal(
-    patcher: &mut Patcher<DockerCluster>,
+    patcher: &mut Patcher,
     dc: &DockerCluster,
     ctx: &Context,
     cluster: &Cluster,
@@ -144,7 +192,7 @@ async fn reconcile_normal(
 
     let uid = dc.uid().unwrap_or_default();
     let outcome =
-        load_balancer::ensure(ctx, dc, &owner(dc, &cluster_name, &ns, &uid), cluster).await;
+        load_balancer::ensure(ctx, dc, &owner(ctx, dc, &cluster_name, &ns, &uid), cluster).await;
     let conds = status.conditions.get_or_insert_with(Vec::new);
     let now = Utc::now();
     let (action, result) = match outcome {
@@ -210,7 +258,7 @@ async fn reconcile_normal(
         .await?;
     events::publish(
         &ctx.recorder,
-        dc,
+        &Kinds::reference(ctx.kinds.cluster, &dc.metadata),
         dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
         status.conditions.as_ref(),
     )
@@ -219,7 +267,7 @@ async fn reconcile_normal(
 }
 
 async fn reconcile_delete(
-    patcher: &mut Patcher<DockerCluster>,
+    patcher: &mut Patcher,
     dc: &DockerCluster,
     ctx: &Context,
     cluster_name: &str,
@@ -249,15 +297,16 @@ async fn reconcile_delete(
 
     let ns = dc.namespace().unwrap_or_default();
     let uid = dc.uid().unwrap_or_default();
-    load_balancer::delete(ctx, &owner(dc, cluster_name, &ns, &uid)).await?;
+    load_balancer::delete(ctx, &owner(ctx, dc, cluster_name, &ns, &uid)).await?;
     ctx.workload.forget(&ns, cluster_name);
     patcher.remove_finalizer(dc, FINALIZER).await?;
-    ctx.forget(&super::key(dc), &uid);
+    ctx.forget(&super::key(ctx.kinds.cluster, dc), &uid);
     Ok(Action::await_change())
 }
 
-/// The LB container's owner: this DockerCluster.
+/// The LB container's owner: this DockerCluster (or DevCluster).
 fn owner<'a>(
+    ctx: &Context,
     dc: &'a DockerCluster,
     cluster_name: &'a str,
     ns: &'a str,
@@ -266,7 +315,7 @@ fn owner<'a>(
     labels::Owner {
         cluster_name,
         cluster_namespace: ns,
-        kind: KIND,
+        kind: ctx.kinds.cluster,
         name: dc.metadata.name.as_deref().unwrap_or_default(),
         uid,
     }
@@ -305,31 +354,42 @@ mod tests {
 
     #[test]
     fn the_contract_in_order() {
-        assert_eq!(decide(&dc(false, false), None), Plan::AwaitOwner);
-        assert_eq!(decide(&dc(false, true), None), Plan::DeleteOrphan);
-        assert!(matches!(decide(&dc(true, false), None), Plan::Missing(m) if m.contains("ns/c")));
+        assert_eq!(
+            decide("DockerCluster", &dc(false, false), None),
+            Plan::AwaitOwner
+        );
+        assert_eq!(
+            decide("DockerCluster", &dc(false, true), None),
+            Plan::DeleteOrphan
+        );
+        assert!(
+            matches!(decide("DockerCluster", &dc(true, false), None), Plan::Missing(m) if m.contains("ns/c"))
+        );
         assert!(matches!(
-            decide(&dc(true, false), cluster(true)),
+            decide("DockerCluster", &dc(true, false), cluster(true)),
             Plan::Paused(_)
         ));
         assert!(matches!(
-            decide(&dc(true, true), cluster(true)),
+            decide("DockerCluster", &dc(true, true), cluster(true)),
             Plan::Paused(_)
         ));
         assert_eq!(
-            decide(&dc(true, true), None),
+            decide("DockerCluster", &dc(true, true), None),
             Plan::Delete {
                 cluster_name: "c".into()
             },
             "a Cluster already gone does not block deletion"
         );
         assert!(matches!(
-            decide(&dc(true, false), cluster(false)),
+            decide("DockerCluster", &dc(true, false), cluster(false)),
             Plan::Normal(_)
         ));
         let mut managed = dc(true, false);
         managed.metadata.annotations =
             Some([(capi::MANAGED_BY_ANNOTATION.to_string(), String::new())].into());
-        assert_eq!(decide(&managed, cluster(false)), Plan::LeaveAlone);
+        assert_eq!(
+            decide("DockerCluster", &managed, cluster(false)),
+            Plan::LeaveAlone
+        );
     }
 }

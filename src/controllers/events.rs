@@ -2,16 +2,14 @@
 //! events`): a condition turning to one of these reasons publishes one Warning Event, with the
 //! condition's message (which never holds secret data). Only transitions publish, so a machine
 //! that stays blocked does not repeat itself on every pass.
-use kube::{
-    Resource,
-    runtime::events::{Event, EventType, Recorder},
-};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
 use tracing::debug;
 
 use crate::api::conditions::{Condition, ConditionStatus, reasons};
 
 /// Reasons that need a person's attention.
-const WARNINGS: [&str; 8] = [
+const WARNINGS: [&str; 9] = [
     reasons::BOOTSTRAP_FAILED,
     reasons::BOOTSTRAP_TIMED_OUT,
     reasons::BOOTSTRAP_DATA_INVALID,
@@ -19,6 +17,7 @@ const WARNINGS: [&str; 8] = [
     reasons::NAME_CONFLICT,
     reasons::IMAGE_UNAVAILABLE,
     reasons::INVALID_SPEC,
+    reasons::BACKEND_NOT_SERVED,
     reasons::DOCKER_UNAVAILABLE,
 ];
 
@@ -36,11 +35,11 @@ pub fn warnings(before: &[Condition], after: &[Condition]) -> Vec<(String, Strin
         .collect()
 }
 
-/// Publish the warnings of a status change on `obj` (best effort: an Event that cannot be
-/// written never fails a reconcile).
-pub async fn publish<K: Resource<DynamicType = ()>>(
+/// Publish the warnings of a status change on the object `regarding` refers to (best effort:
+/// an Event that cannot be written never fails a reconcile).
+pub async fn publish(
     recorder: &Recorder,
-    obj: &K,
+    regarding: &ObjectReference,
     before: Option<&Vec<Condition>>,
     after: Option<&Vec<Condition>>,
 ) {
@@ -56,7 +55,7 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(e) = recorder.publish(&event, &obj.object_ref(&())).await {
+        if let Err(e) = recorder.publish(&event, regarding).await {
             debug!(error = %e, "cannot publish an Event");
         }
     }

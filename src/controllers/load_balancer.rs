@@ -303,10 +303,10 @@ pub async fn sync_backends(
         return Ok(SyncOutcome::NoLoadBalancer);
     };
     // Only the cluster's own LB container: same cluster and namespace, LB role, owned by a
-    // DockerCluster (never a node container that happens to be named `<cluster>-lb`).
+    // DockerCluster (DevCluster) (never a node container that happens to be named `<cluster>-lb`).
     let is_lb = lb.labels.get(labels::KIND_ROLE).map(String::as_str)
         == Some(labels::ROLE_LOAD_BALANCER)
-        && lb.labels.get(labels::OWNER_KIND).map(String::as_str) == Some("DockerCluster");
+        && lb.labels.get(labels::OWNER_KIND).map(String::as_str) == Some(ctx.kinds.cluster);
     if !labels::belongs_to_cluster(&lb.labels, &target.cluster, &target.namespace) || !is_lb {
         // Not our cluster's LB (same name, other namespace): never write into it.
         return Ok(SyncOutcome::NoLoadBalancer);

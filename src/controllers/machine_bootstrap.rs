@@ -59,7 +59,7 @@ pub struct Target<'a> {
 
 pub async fn reconcile(
     t: &Target<'_>,
-    patcher: &mut Patcher<DockerMachine>,
+    patcher: &mut Patcher,
     ctx: &Context,
     status: &mut DockerMachineStatus,
 ) -> Result<Outcome> {
@@ -223,7 +223,7 @@ pub async fn reconcile(
 /// needs its own bootstrap.
 pub async fn reset(
     dm: &DockerMachine,
-    patcher: &mut Patcher<DockerMachine>,
+    patcher: &mut Patcher,
     ctx: &Context,
     status: &mut DockerMachineStatus,
 ) -> Result<()> {
@@ -251,10 +251,7 @@ fn started_at(dm: &DockerMachine) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-async fn set_started_at(
-    patcher: &mut Patcher<DockerMachine>,
-    at: Option<DateTime<Utc>>,
-) -> Result<()> {
+async fn set_started_at(patcher: &mut Patcher, at: Option<DateTime<Utc>>) -> Result<()> {
     patcher
         .annotations(json!({ STARTED_AT: at.map(|t| t.to_rfc3339()) }))
         .await
@@ -350,9 +347,13 @@ fn pre_load_step(image: &str, tar: Vec<u8>) -> Step {
 
 /// kind-style nodes (kind's marker `/kind/version`) run systemd and containerd: commands must
 /// wait until systemd has started the system (multi-user target reached: `running`, or
-/// `degraded` when an unrelated unit failed) and containerd answers, or kubeadm finds no
-/// runtime. Other images (the light test image) pass straight through, unless systemd is PID 1.
-/// The whole bootstrap's timeout bounds the wait.
+/// `degraded` when an unrelated unit failed) and containerd serves CRI, or kubeadm finds no
+/// runtime. `ctr version` answering is not enough: containerd answers without its CRI plugin
+/// when that plugin failed to load (seen: "failed to create fsnotify watcher: too many open
+/// files" once the host's inotify instances ran out), and kubeadm's preflight then fails with
+/// "unknown service runtime.v1.RuntimeService". So the step also waits for `crictl info`, for a
+/// minute at most, and then fails naming the likely cause. Other images (the light test image)
+/// pass straight through, unless systemd is PID 1. The whole bootstrap's timeout bounds the wait.
 fn wait_for_init_step() -> Step {
     Step {
         argv: argv(&[
@@ -360,7 +361,11 @@ fn wait_for_init_step() -> Step {
             "-c",
             "if [ -f /kind/version ] || [ \"$(cat /proc/1/comm 2>/dev/null)\" = systemd ]; then \
              until s=$(systemctl is-system-running 2>/dev/null); [ \"$s\" = running ] || [ \"$s\" = degraded ]; do sleep 0.5; done; fi; \
-             if [ -f /kind/version ]; then until ctr --namespace k8s.io version >/dev/null 2>&1; do sleep 0.5; done; fi",
+             if [ -f /kind/version ]; then until ctr --namespace k8s.io version >/dev/null 2>&1; do sleep 0.5; done; \
+             if command -v crictl >/dev/null 2>&1; then i=0; until crictl info >/dev/null 2>&1; do \
+             i=$((i+1)); if [ $i -ge 120 ]; then echo \"containerd in this node does not serve CRI after 60s: its CRI plugin did not load \
+             (journalctl -u containerd in the node says why; 'too many open files' means the host's fs.inotify.max_user_instances is spent)\" >&2; exit 1; fi; \
+             sleep 0.5; done; fi; fi",
         ]),
         stdin: None,
         description: "wait for the node's init system and container runtime".into(),
@@ -388,5 +393,9 @@ mod tests {
         let s = wait_for_init_step();
         assert_eq!(s.argv[0], "/bin/sh");
         assert!(s.argv[2].contains("/proc/1/comm"));
+        assert!(
+            s.argv[2].contains("crictl info"),
+            "containerd answering is not CRI answering"
+        );
     }
 }

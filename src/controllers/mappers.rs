@@ -5,52 +5,59 @@ use kube::{
     runtime::reflector::{ObjectRef, Store},
 };
 
+use super::kinds::{DEV, DOCKER};
 use crate::{
     api::{DockerCluster, DockerMachine, DockerMachinePool, GROUP},
     capi::{CLUSTER_NAME_LABEL, Cluster, Machine, MachinePool},
     docker::{ContainerEvent, labels},
 };
 
-/// The object a container event concerns.
+/// The object a container event concerns: its kind (a family's cluster or machine kind), and
+/// the object, as the family's controller knows it.
 #[derive(Debug, PartialEq)]
 pub enum ContainerOwner {
-    DockerCluster(ObjectRef<DockerCluster>),
-    DockerMachine(ObjectRef<DockerMachine>),
+    Cluster(String, ObjectRef<DockerCluster>),
+    Machine(String, ObjectRef<DockerMachine>),
 }
 
 /// Container event -> its owner, from the ownership labels we put on every container.
 pub fn container_owner(event: &ContainerEvent) -> Option<ContainerOwner> {
     let get = |k: &str| event.labels.get(k).map(String::as_str);
     let (name, ns) = (get(labels::OWNER_NAME)?, get(labels::CLUSTER_NAMESPACE)?);
-    match get(labels::OWNER_KIND)? {
-        "DockerCluster" => Some(ContainerOwner::DockerCluster(
+    let kind = get(labels::OWNER_KIND)?;
+    if [DOCKER.cluster, DEV.cluster].contains(&kind) {
+        Some(ContainerOwner::Cluster(
+            kind.into(),
             ObjectRef::new(name).within(ns),
-        )),
-        "DockerMachine" => Some(ContainerOwner::DockerMachine(
+        ))
+    } else if [DOCKER.machine, DEV.machine].contains(&kind) {
+        Some(ContainerOwner::Machine(
+            kind.into(),
             ObjectRef::new(name).within(ns),
-        )),
-        _ => None,
+        ))
+    } else {
+        None
     }
 }
 
-/// Cluster -> its DockerCluster (through `spec.infrastructureRef`).
-pub fn cluster_to_docker_cluster(cluster: Cluster) -> Option<ObjectRef<DockerCluster>> {
+/// Cluster -> its cluster object of `kind` (through `spec.infrastructureRef`).
+pub fn cluster_to_docker_cluster(kind: &str, cluster: Cluster) -> Option<ObjectRef<DockerCluster>> {
     let name = cluster
         .spec
         .infrastructure_ref
         .as_ref()?
-        .name_if(GROUP, "DockerCluster")?
+        .name_if(GROUP, kind)?
         .to_string();
     Some(ObjectRef::new(&name).within(&cluster.namespace()?))
 }
 
-/// Machine -> its DockerMachine (through `spec.infrastructureRef`).
-pub fn machine_to_docker_machine(machine: Machine) -> Option<ObjectRef<DockerMachine>> {
+/// Machine -> its machine object of `kind` (through `spec.infrastructureRef`).
+pub fn machine_to_docker_machine(kind: &str, machine: Machine) -> Option<ObjectRef<DockerMachine>> {
     let name = machine
         .spec
         .infrastructure_ref
         .as_ref()?
-        .name_if(GROUP, "DockerMachine")?
+        .name_if(GROUP, kind)?
         .to_string();
     Some(ObjectRef::new(&name).within(&machine.namespace()?))
 }
@@ -96,22 +103,24 @@ pub fn docker_cluster_to_docker_machines(
     docker_machines_of_cluster(store, dc.namespace(), cluster)
 }
 
-/// MachinePool -> its DockerMachinePool (through `spec.template.spec.infrastructureRef`).
+/// MachinePool -> its pool object of `kind` (through `spec.template.spec.infrastructureRef`).
 pub fn machine_pool_to_docker_machine_pool(
+    kind: &str,
     mp: MachinePool,
 ) -> Option<ObjectRef<DockerMachinePool>> {
-    let name = mp
-        .infrastructure_ref()?
-        .name_if(GROUP, "DockerMachinePool")?
-        .to_string();
+    let name = mp.infrastructure_ref()?.name_if(GROUP, kind)?.to_string();
     Some(ObjectRef::new(&name).within(&mp.namespace()?))
 }
 
-/// An instance (DockerMachine) -> the DockerMachinePool that owns it.
-pub fn instance_to_docker_machine_pool(dm: DockerMachine) -> Option<ObjectRef<DockerMachinePool>> {
-    let owner = dm.owner_references().iter().find(|r| {
-        r.kind == "DockerMachinePool" && r.api_version.split('/').next() == Some(GROUP)
-    })?;
+/// An instance -> the pool object of `kind` that owns it.
+pub fn instance_to_docker_machine_pool(
+    kind: &str,
+    dm: DockerMachine,
+) -> Option<ObjectRef<DockerMachinePool>> {
+    let owner = dm
+        .owner_references()
+        .iter()
+        .find(|r| r.kind == kind && r.api_version.split('/').next() == Some(GROUP))?;
     Some(ObjectRef::new(&owner.name).within(&dm.namespace()?))
 }
 
@@ -154,11 +163,16 @@ mod tests {
         );
         c.metadata.namespace = Some("ns".into());
         assert_eq!(
-            cluster_to_docker_cluster(c.clone()),
+            cluster_to_docker_cluster(DOCKER.cluster, c.clone()),
             Some(ObjectRef::new("c-dc").within("ns"))
         );
+        assert_eq!(
+            cluster_to_docker_cluster(DEV.cluster, c.clone()),
+            None,
+            "the Dev* family's controller leaves it alone"
+        );
         c.spec.infrastructure_ref = contract_ref("AWSCluster", "x");
-        assert_eq!(cluster_to_docker_cluster(c), None);
+        assert_eq!(cluster_to_docker_cluster(DOCKER.cluster, c), None);
     }
 
     #[test]
@@ -166,7 +180,7 @@ mod tests {
         let owner = labels::Owner {
             cluster_name: "c",
             cluster_namespace: "ns",
-            kind: "DockerMachine",
+            kind: "DevMachine",
             name: "m",
             uid: "u",
         };
@@ -176,7 +190,8 @@ mod tests {
         };
         assert_eq!(
             container_owner(&event),
-            Some(ContainerOwner::DockerMachine(
+            Some(ContainerOwner::Machine(
+                "DevMachine".into(),
                 ObjectRef::new("m").within("ns")
             ))
         );
@@ -194,7 +209,7 @@ mod tests {
         );
         m.metadata.namespace = Some("ns".into());
         assert_eq!(
-            machine_to_docker_machine(m),
+            machine_to_docker_machine(DOCKER.machine, m),
             Some(ObjectRef::new("m-dm").within("ns"))
         );
     }

@@ -1,4 +1,5 @@
 //! The three controllers and how they are wired: watches, concurrency, backoff, metrics, shutdown.
+//! They run once per family of kinds ([`kinds`]): Docker* and Dev*.
 pub mod backoff;
 pub mod bootstrap_tasks;
 pub mod caches;
@@ -8,6 +9,7 @@ pub mod docker_machine;
 pub mod docker_machine_pool;
 pub mod error;
 pub mod events;
+pub mod kinds;
 pub mod load_balancer;
 pub mod machine_bootstrap;
 pub mod mappers;
@@ -22,7 +24,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt, channel::mpsc::UnboundedSender, stream::BoxStream};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
@@ -37,11 +39,15 @@ use tracing::{debug, warn};
 
 use backoff::Backoff;
 pub use caches::{CacheWriters, Caches, caches};
-pub use context::{Context, Settings};
+pub use context::{Context, Settings, Shared};
 use error::{Error, Result};
+use kinds::Kinds;
 
 use crate::{
-    api::{DockerCluster, DockerMachine, DockerMachinePool},
+    api::{
+        DockerCluster, DockerMachine, DockerMachinePool,
+        dev::{DevCluster, DevMachine, DevMachinePool},
+    },
     capi::{Cluster, Machine, MachinePool, WATCH_FILTER_LABEL},
     docker::EngineEvent,
 };
@@ -81,90 +87,233 @@ impl Scope {
     }
 }
 
-/// Docker events that should wake a controller (e.g. a container stopped by hand), and when
-/// every object should look again (the engine is back after a restart).
-pub struct DockerTriggers<C, M, A> {
-    pub clusters: C,
-    pub machines: M,
-    pub all_clusters: A,
-    pub all_machines: A,
+/// Docker events that should wake one family's controllers (e.g. a container stopped by hand),
+/// and when every object should look again (the engine is back after a restart).
+pub struct DockerTriggers {
+    pub clusters: BoxStream<'static, ObjectRef<DockerCluster>>,
+    pub machines: BoxStream<'static, ObjectRef<DockerMachine>>,
+    pub all_clusters: BoxStream<'static, ()>,
+    pub all_machines: BoxStream<'static, ()>,
 }
 
 /// Route container events to the objects that own the containers (by our ownership labels), and
-/// an engine that is back to every object of both kinds.
-pub fn docker_triggers(
+/// an engine that is back to every object of every kind. One set of triggers per family, in the
+/// order of `families`.
+pub fn docker_triggers<const N: usize>(
     events: impl Stream<Item = EngineEvent> + Send + 'static,
-) -> DockerTriggers<
-    impl Stream<Item = ObjectRef<DockerCluster>> + Send + 'static,
-    impl Stream<Item = ObjectRef<DockerMachine>> + Send + 'static,
-    impl Stream<Item = ()> + Send + 'static,
-> {
-    let (cluster_tx, clusters) = futures::channel::mpsc::unbounded();
-    let (machine_tx, machines) = futures::channel::mpsc::unbounded();
-    let (all_clusters_tx, all_clusters) = futures::channel::mpsc::unbounded();
-    let (all_machines_tx, all_machines) = futures::channel::mpsc::unbounded();
+    families: [Kinds; N],
+) -> [DockerTriggers; N] {
+    /// Where one family's events go.
+    struct Route {
+        kinds: Kinds,
+        clusters: UnboundedSender<ObjectRef<DockerCluster>>,
+        machines: UnboundedSender<ObjectRef<DockerMachine>>,
+        all_clusters: UnboundedSender<()>,
+        all_machines: UnboundedSender<()>,
+    }
+    let mut routes = Vec::with_capacity(N);
+    let triggers = families.map(|kinds| {
+        let (cluster_tx, clusters) = futures::channel::mpsc::unbounded();
+        let (machine_tx, machines) = futures::channel::mpsc::unbounded();
+        let (all_clusters_tx, all_clusters) = futures::channel::mpsc::unbounded();
+        let (all_machines_tx, all_machines) = futures::channel::mpsc::unbounded();
+        routes.push(Route {
+            kinds,
+            clusters: cluster_tx,
+            machines: machine_tx,
+            all_clusters: all_clusters_tx,
+            all_machines: all_machines_tx,
+        });
+        DockerTriggers {
+            clusters: clusters.boxed(),
+            machines: machines.boxed(),
+            all_clusters: all_clusters.boxed(),
+            all_machines: all_machines.boxed(),
+        }
+    });
     tokio::spawn(events.for_each(move |event| {
-        match event {
-            EngineEvent::Container(event) => match mappers::container_owner(&event) {
-                Some(mappers::ContainerOwner::DockerCluster(r)) => {
-                    let _ = cluster_tx.unbounded_send(r);
+        for route in &routes {
+            match &event {
+                EngineEvent::Container(event) => match mappers::container_owner(event) {
+                    Some(mappers::ContainerOwner::Cluster(kind, r))
+                        if kind == route.kinds.cluster =>
+                    {
+                        let _ = route.clusters.unbounded_send(r);
+                    }
+                    Some(mappers::ContainerOwner::Machine(kind, r))
+                        if kind == route.kinds.machine =>
+                    {
+                        let _ = route.machines.unbounded_send(r);
+                    }
+                    _ => {}
+                },
+                EngineEvent::Reconnected => {
+                    let _ = route.all_clusters.unbounded_send(());
+                    let _ = route.all_machines.unbounded_send(());
                 }
-                Some(mappers::ContainerOwner::DockerMachine(r)) => {
-                    let _ = machine_tx.unbounded_send(r);
-                }
-                None => {}
-            },
-            EngineEvent::Reconnected => {
-                let _ = all_clusters_tx.unbounded_send(());
-                let _ = all_machines_tx.unbounded_send(());
             }
         }
         futures::future::ready(())
     }));
-    DockerTriggers {
-        clusters,
-        machines,
-        all_clusters,
-        all_machines,
+    triggers
+}
+
+/// The event streams of one family's own kinds, as Docker* objects (a Dev* object as its view).
+struct OwnWatches {
+    clusters: EventStream<DockerCluster>,
+    machines: EventStream<DockerMachine>,
+    /// The machines again, for the pool controller (its instances).
+    instances: EventStream<DockerMachine>,
+    pools: EventStream<DockerMachinePool>,
+}
+
+type EventStream<K> = BoxStream<'static, std::result::Result<watcher::Event<K>, watcher::Error>>;
+
+impl OwnWatches {
+    fn new(kinds: Kinds, scope: &Scope, client: &Client, wc: &WatcherConfig) -> Self {
+        if kinds.is_dev() {
+            Self {
+                clusters: views(scope.api::<DevCluster>(client), wc, DevCluster::view),
+                machines: views(scope.api::<DevMachine>(client), wc, DevMachine::view),
+                instances: views(scope.api::<DevMachine>(client), wc, DevMachine::view),
+                pools: views(
+                    scope.api::<DevMachinePool>(client),
+                    wc,
+                    DevMachinePool::view,
+                ),
+            }
+        } else {
+            Self {
+                clusters: watch(scope.api::<DockerCluster>(client), wc).boxed(),
+                machines: watch(scope.api::<DockerMachine>(client), wc).boxed(),
+                instances: watch(scope.api::<DockerMachine>(client), wc).boxed(),
+                pools: watch(scope.api::<DockerMachinePool>(client), wc).boxed(),
+            }
+        }
     }
 }
 
-/// Run the controllers until `shutdown` resolves. The watches fill `writers`, the caches the
-/// reconciles read through `ctx`.
-pub async fn run<S, C, M, A>(
-    ctx: Arc<Context>,
+/// A watch of the Dev* kind `D` whose objects arrive as their Docker* views.
+fn views<D, V>(api: Api<D>, wc: &WatcherConfig, view: fn(&D) -> V) -> EventStream<V>
+where
+    D: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    V: Send + 'static,
+{
+    watch(api, wc)
+        .map_ok(move |event| match event {
+            watcher::Event::Apply(d) => watcher::Event::Apply(view(&d)),
+            watcher::Event::Delete(d) => watcher::Event::Delete(view(&d)),
+            watcher::Event::InitApply(d) => watcher::Event::InitApply(view(&d)),
+            watcher::Event::Init => watcher::Event::Init,
+            watcher::Event::InitDone => watcher::Event::InitDone,
+        })
+        .boxed()
+}
+
+/// The families of kinds the manager serves: the same controllers for each.
+pub const FAMILIES: [Kinds; 2] = [kinds::DOCKER, kinds::DEV];
+
+/// Run the controllers of every family until `shutdown` resolves. The watches fill `writers`,
+/// the caches the reconciles read through their contexts; `triggers` are in [`FAMILIES`] order.
+pub async fn run<S>(
+    shared: Arc<Shared>,
     writers: CacheWriters,
     scope: Scope,
     shutdown: S,
-    triggers: DockerTriggers<C, M, A>,
+    triggers: [DockerTriggers; 2],
 ) where
     S: Future<Output = ()> + Clone + Send + Sync + 'static,
-    C: Stream<Item = ObjectRef<DockerCluster>> + Send + 'static,
-    M: Stream<Item = ObjectRef<DockerMachine>> + Send + 'static,
-    A: Stream<Item = ()> + Send + 'static,
 {
-    let client = ctx.client.clone();
+    let client = shared.client.clone();
     let wc = scope.watcher();
-
-    // One Cluster watch and one DockerCluster watch fill their caches and then trigger both
-    // controllers (see `shared_watch`); the machine controller's Machine watch fills the Machine
-    // cache it alone reads.
-    let [
-        cluster_events_for_dc,
-        cluster_events_for_dm,
-        cluster_events_for_dmp,
-    ] = shared_watch(scope.api::<Cluster>(&client), &wc, writers.clusters);
-    let [dc_events_for_dc, dc_events_for_dm] = shared_watch(
-        scope.api::<DockerCluster>(&client),
-        &wc,
-        writers.docker_clusters,
+    // One watch per CAPI kind fills its cache and then triggers every controller that needs it
+    // (see `shared_watch`): Clusters reach the three controllers of both families, Machines
+    // and MachinePools one controller per family.
+    let [c1, c2, c3, c4, c5, c6] =
+        shared_watch(watch(scope.api::<Cluster>(&client), &wc), writers.clusters);
+    let [m1, m2] = shared_watch(watch(scope.api::<Machine>(&client), &wc), writers.machines);
+    let [p1, p2] = shared_watch(
+        watch(scope.api::<MachinePool>(&client), &wc),
+        writers.machine_pools,
     );
+    let [docker, dev] = triggers;
+    let capi = |clusters: [_; 3], machines, machine_pools| CapiEvents {
+        clusters,
+        machines,
+        machine_pools,
+    };
+    futures::join!(
+        run_family(
+            kinds::DOCKER,
+            shared.clone(),
+            &scope,
+            capi([c1, c2, c3], m1, p1),
+            docker,
+            shutdown.clone(),
+        ),
+        run_family(
+            kinds::DEV,
+            shared,
+            &scope,
+            capi([c4, c5, c6], m2, p2),
+            dev,
+            shutdown,
+        ),
+    );
+}
+
+/// One family's share of the CAPI watches.
+struct CapiEvents<C, M, P> {
+    clusters: [C; 3],
+    machines: M,
+    machine_pools: P,
+}
+
+/// The cluster, machine and pool controllers of one family.
+async fn run_family<S, C, M, P>(
+    kinds: Kinds,
+    shared: Arc<Shared>,
+    scope: &Scope,
+    capi: CapiEvents<C, M, P>,
+    triggers: DockerTriggers,
+    shutdown: S,
+) where
+    S: Future<Output = ()> + Clone + Send + Sync + 'static,
+    C: Stream<Item = std::result::Result<Cluster, watcher::Error>> + Send + 'static,
+    M: Stream<Item = std::result::Result<Machine, watcher::Error>> + Send + 'static,
+    P: Stream<Item = std::result::Result<MachinePool, watcher::Error>> + Send + 'static,
+{
+    let client = shared.client.clone();
+    let wc = scope.watcher();
+    let own = OwnWatches::new(kinds, scope, &client, &wc);
+    let (infra_clusters, infra_writer) = reflector::store();
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let ctx = Arc::new(Context {
+        shared,
+        kinds,
+        infra_clusters,
+        wake,
+    });
+    let CapiEvents {
+        clusters:
+            [
+                cluster_events_for_dc,
+                cluster_events_for_dm,
+                cluster_events_for_dmp,
+            ],
+        machines: machine_events,
+        machine_pools: machine_pool_events,
+    } = capi;
+
+    // The family's cluster objects fill their cache and then trigger both the cluster and the
+    // machine controller.
+    let [dc_events_for_dc, dc_events_for_dm] = shared_watch(own.clusters, infra_writer);
     let dc_stream =
         dc_events_for_dc.predicate_filter(predicates::own_docker_cluster, Default::default());
-    let clusters = Controller::for_stream(dc_stream, ctx.caches.docker_clusters.clone())
+    let clusters = Controller::for_stream(dc_stream, ctx.infra_clusters.clone())
         .watches_stream(
             cluster_events_for_dc.predicate_filter(predicates::cluster, Default::default()),
-            mappers::cluster_to_docker_cluster,
+            move |c| mappers::cluster_to_docker_cluster(kinds.cluster, c),
         )
         .reconcile_on(triggers.clusters)
         .reconcile_all_on(triggers.all_clusters)
@@ -173,28 +322,18 @@ pub async fn run<S, C, M, A>(
         .graceful_shutdown_on(shutdown.clone())
         .run(
             reconcile_cluster,
-            error_policy::<DockerCluster>,
+            |o, e, c| error_policy(c.kinds.cluster, o, e, c),
             ctx.clone(),
         )
-        .for_each(|r| async move { log_result("DockerCluster", r) });
+        .for_each(move |r| async move { log_result(kinds.cluster, r) });
 
     let (dm_store, dm_writer) = reflector::store();
-    let dm_stream = primary(
-        scope.api::<DockerMachine>(&client),
-        &wc,
-        dm_writer,
-        predicates::own_docker_machine,
-    );
+    let dm_stream = primary(own.machines, dm_writer, predicates::own_docker_machine);
     let (by_cluster, by_docker_cluster) = (dm_store.clone(), dm_store.clone());
     let machines = Controller::for_stream(dm_stream, dm_store)
         .watches_stream(
-            filtered(
-                scope.api::<Machine>(&client),
-                &wc,
-                writers.machines,
-                predicates::machine,
-            ),
-            mappers::machine_to_docker_machine,
+            machine_events.predicate_filter(predicates::machine, Default::default()),
+            move |m| mappers::machine_to_docker_machine(kinds.machine, m),
         )
         .watches_stream(
             cluster_events_for_dm.predicate_filter(predicates::cluster, Default::default()),
@@ -204,44 +343,33 @@ pub async fn run<S, C, M, A>(
             dc_events_for_dm.predicate_filter(predicates::docker_cluster, Default::default()),
             move |dc| mappers::docker_cluster_to_docker_machines(&by_docker_cluster, &dc),
         )
-        .reconcile_on(triggers.machines)
+        .reconcile_on(futures::stream::select(triggers.machines, woken))
         .reconcile_all_on(triggers.all_machines)
         .with_config(ControllerConfig::default().concurrency(scope.machine_concurrency))
         .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown.clone())
         .run(
             reconcile_machine,
-            error_policy::<DockerMachine>,
+            |o, e, c| error_policy(c.kinds.machine, o, e, c),
             ctx.clone(),
         )
-        .for_each(|r| async move { log_result("DockerMachine", r) });
+        .for_each(move |r| async move { log_result(kinds.machine, r) });
 
-    let shutdown_pools = shutdown;
-    // MachinePools: their own watches (few objects); the instances are DockerMachines, watched
-    // here again for the changes a pool counts (provisioned, providerID, deletion).
+    // MachinePools: their own watches (few objects); the instances are the family's machines,
+    // watched here again for the changes a pool counts (provisioned, providerID, deletion).
     let (dmp_store, dmp_writer) = reflector::store();
-    let dmp_stream = primary(
-        scope.api::<DockerMachinePool>(&client),
-        &wc,
-        dmp_writer,
-        predicates::own::<DockerMachinePool>,
-    );
+    let dmp_stream = primary(own.pools, dmp_writer, predicates::own::<DockerMachinePool>);
     let pools_of_cluster = dmp_store.clone();
     let pools = Controller::for_stream(dmp_stream, dmp_store)
         .watches_stream(
-            filtered(
-                scope.api::<MachinePool>(&client),
-                &wc,
-                writers.machine_pools,
-                predicates::machine_pool,
-            ),
-            mappers::machine_pool_to_docker_machine_pool,
+            machine_pool_events.predicate_filter(predicates::machine_pool, Default::default()),
+            move |mp| mappers::machine_pool_to_docker_machine_pool(kinds.pool, mp),
         )
         .watches_stream(
-            watch(scope.api::<DockerMachine>(&client), &wc)
+            own.instances
                 .touched_objects()
                 .predicate_filter(predicates::pool_instance, Default::default()),
-            mappers::instance_to_docker_machine_pool,
+            move |dm| mappers::instance_to_docker_machine_pool(kinds.pool, dm),
         )
         .watches_stream(
             cluster_events_for_dmp.predicate_filter(predicates::cluster, Default::default()),
@@ -249,13 +377,13 @@ pub async fn run<S, C, M, A>(
         )
         .with_config(ControllerConfig::default().concurrency(scope.cluster_concurrency))
         .trigger_backoff(backoff::NoTriggerBackoff)
-        .graceful_shutdown_on(shutdown_pools)
+        .graceful_shutdown_on(shutdown)
         .run(
             reconcile_pool,
-            error_policy::<DockerMachinePool>,
+            |o, e, c| error_policy(c.kinds.pool, o, e, c),
             ctx.clone(),
         )
-        .for_each(|r| async move { log_result("DockerMachinePool", r) });
+        .for_each(move |r| async move { log_result(kinds.pool, r) });
 
     futures::join!(clusters, machines, pools);
 }
@@ -278,8 +406,7 @@ where
 /// A controller's own kind: every event updates the cache (mappers and reconciles read it), but
 /// only changes that pass `predicate` trigger a reconcile (not the echo of our status writes).
 fn primary<K>(
-    api: Api<K>,
-    wc: &WatcherConfig,
+    events: EventStream<K>,
     writer: reflector::store::Writer<K>,
     predicate: fn(&K) -> Option<u64>,
 ) -> impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static
@@ -287,7 +414,7 @@ where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    watch(api, wc)
+    events
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicate, Default::default())
@@ -299,8 +426,7 @@ where
 /// race and the reconcile acts on the old object (seen: a paused Cluster not pausing its
 /// DockerCluster until the next resync).
 fn shared_watch<K, const N: usize>(
-    api: Api<K>,
-    wc: &WatcherConfig,
+    events: impl Stream<Item = std::result::Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
     cache: reflector::store::Writer<K>,
 ) -> [impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static; N]
 where
@@ -314,7 +440,7 @@ where
             rx.map(Ok::<K, watcher::Error>)
         },
     );
-    let source = watch(api, wc).reflect(cache).touched_objects();
+    let source = events.reflect(cache).touched_objects();
     tokio::spawn(async move {
         futures::pin_mut!(source);
         while let Some(item) = source.next().await {
@@ -336,24 +462,6 @@ where
     streams
 }
 
-/// A related kind watched for triggers through a predicate (only changes of fields we read
-/// trigger); every event updates `cache` first (reconciles read the objects from there).
-fn filtered<K>(
-    api: Api<K>,
-    wc: &WatcherConfig,
-    cache: reflector::store::Writer<K>,
-    predicate: fn(&K) -> Option<u64>,
-) -> impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    watch(api, wc)
-        .reflect(cache)
-        .touched_objects()
-        .predicate_filter(predicate, Default::default())
-}
-
 fn log_result<T: std::fmt::Debug, E: std::fmt::Display>(kind: &str, r: std::result::Result<T, E>) {
     match r {
         Ok(o) => debug!(kind, object = ?o, "reconciled"),
@@ -361,14 +469,10 @@ fn log_result<T: std::fmt::Debug, E: std::fmt::Display>(kind: &str, r: std::resu
     }
 }
 
-/// The backoff key of an object.
-pub(crate) fn key<K: Resource>(obj: &K) -> String
-where
-    K::DynamicType: Default,
-{
+/// The backoff key of an object of `kind` (a Dev* object's, though read as its Docker* view).
+pub(crate) fn key(kind: &str, obj: &impl Resource) -> String {
     format!(
-        "{}/{}/{}",
-        K::kind(&Default::default()),
+        "{kind}/{}/{}",
         obj.namespace().unwrap_or_default(),
         obj.name_any()
     )
@@ -376,6 +480,7 @@ where
 
 async fn reconcile_cluster(obj: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Action> {
     instrumented(
+        ctx.kinds.cluster,
         obj.clone(),
         ctx.clone(),
         docker_cluster::reconcile(obj, ctx),
@@ -385,6 +490,7 @@ async fn reconcile_cluster(obj: Arc<DockerCluster>, ctx: Arc<Context>) -> Result
 
 async fn reconcile_pool(obj: Arc<DockerMachinePool>, ctx: Arc<Context>) -> Result<Action> {
     instrumented(
+        ctx.kinds.pool,
         obj.clone(),
         ctx.clone(),
         docker_machine_pool::reconcile(obj, ctx),
@@ -394,6 +500,7 @@ async fn reconcile_pool(obj: Arc<DockerMachinePool>, ctx: Arc<Context>) -> Resul
 
 async fn reconcile_machine(obj: Arc<DockerMachine>, ctx: Arc<Context>) -> Result<Action> {
     instrumented(
+        ctx.kinds.machine,
         obj.clone(),
         ctx.clone(),
         docker_machine::reconcile(obj, ctx),
@@ -401,40 +508,30 @@ async fn reconcile_machine(obj: Arc<DockerMachine>, ctx: Arc<Context>) -> Result
     .await
 }
 
-/// Count and time a reconcile, and forget the object's backoff once it succeeds.
-async fn instrumented<K: Resource>(
-    obj: Arc<K>,
+/// Count and time a reconcile of an object of `kind`, and forget its backoff once it succeeds.
+async fn instrumented(
+    kind: &str,
+    obj: Arc<impl Resource>,
     ctx: Arc<Context>,
     fut: impl Future<Output = Result<Action>>,
-) -> Result<Action>
-where
-    K::DynamicType: Default,
-{
-    let kind = K::kind(&Default::default()).to_string();
+) -> Result<Action> {
     let start = Instant::now();
     let result = fut.await;
     ctx.metrics.observe_reconcile(
-        &kind,
+        kind,
         start.elapsed(),
         result.as_ref().err().map(Error::kind),
     );
     if result.is_ok() {
-        ctx.backoff.reset(&key(obj.as_ref()));
+        ctx.backoff.reset(&key(kind, obj.as_ref()));
     }
     result
 }
 
-fn error_policy<K: Resource>(obj: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action
-where
-    K::DynamicType: Default,
-{
-    let delay = retry_delay(error, &ctx.backoff, &key(obj.as_ref()));
+fn error_policy(kind: &str, obj: Arc<impl Resource>, error: &Error, ctx: Arc<Context>) -> Action {
+    let delay = retry_delay(error, &ctx.backoff, &key(kind, obj.as_ref()));
     // The reconcile's span has ended here: the same fields, named as the span names them.
-    let (kind, namespace, name) = (
-        K::kind(&Default::default()).to_string(),
-        obj.namespace().unwrap_or_default(),
-        obj.name_any(),
-    );
+    let (namespace, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
     if matches!(error, Error::Stale) {
         debug!(%kind, %namespace, %name, retry_in = ?delay, "status write met a newer object; looking again");
     } else {
@@ -494,12 +591,15 @@ mod tests {
             EngineEvent::Container(machine_event),
             EngineEvent::Reconnected,
         ]);
-        let t = docker_triggers(events);
+        let [t, dev] = docker_triggers(events, FAMILIES);
         let machines: Vec<_> = t.machines.take(1).collect().await;
         assert_eq!(machines, [ObjectRef::new("m").within("ns")]);
         assert_eq!(t.all_clusters.take(1).collect::<Vec<_>>().await, [()]);
         assert_eq!(t.all_machines.take(1).collect::<Vec<_>>().await, [()]);
-        // Nothing was routed to a DockerCluster; the stream ends with the events.
+        assert_eq!(dev.all_machines.take(1).collect::<Vec<_>>().await, [()]);
+        // Nothing was routed to a DockerCluster, nor to the Dev* family's machines; the streams
+        // end with the events.
         assert_eq!(t.clusters.collect::<Vec<_>>().await, []);
+        assert_eq!(dev.machines.collect::<Vec<_>>().await, []);
     }
 }

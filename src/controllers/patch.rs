@@ -12,9 +12,9 @@ use std::{
 
 use kube::{
     Api, Resource, ResourceExt,
-    api::{Patch, PatchParams},
+    api::{DynamicObject, Patch, PatchParams},
 };
-use serde::{Serialize, de::DeserializeOwned};
+use serde::Serialize;
 use serde_json::json;
 
 use super::error::{Error, Result};
@@ -67,9 +67,11 @@ pub fn can_skip_status<S: PartialEq>(
     current == Some(desired) && (last_written_rv.is_none() || last_written_rv == view_rv)
 }
 
-/// Writes to one object during one reconcile.
-pub struct Patcher<K: Resource> {
-    api: Api<K>,
+/// Writes to one object during one reconcile. The object is read through its Docker* type (a
+/// Dev* object as its view), and written through `api`: its own resource, at paths both
+/// shapes share.
+pub struct Patcher {
+    api: Api<DynamicObject>,
     name: String,
     uid: String,
     /// The resourceVersion of the object as this reconcile last saw or wrote it.
@@ -82,11 +84,8 @@ fn params() -> PatchParams {
     PatchParams::default()
 }
 
-impl<K> Patcher<K>
-where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-{
-    pub fn new(api: Api<K>, obj: &K) -> Self {
+impl Patcher {
+    pub fn new(api: Api<DynamicObject>, obj: &impl Resource) -> Self {
         Self {
             api,
             name: obj.name_any(),
@@ -96,14 +95,14 @@ where
         }
     }
 
-    fn after_write(&mut self, obj: &K) {
+    fn after_write(&mut self, obj: &DynamicObject) {
         self.rv = obj.resource_version();
     }
 
     /// Add `finalizer` if absent. A JSON patch whose `test` op guards the list we saw: a
     /// concurrent finalizer change makes it fail (and retry) instead of being overwritten, while
     /// unrelated changes (status, labels) do not conflict. Returns true if it was added.
-    pub async fn add_finalizer(&mut self, obj: &K, finalizer: &str) -> Result<bool> {
+    pub async fn add_finalizer(&mut self, obj: &impl Resource, finalizer: &str) -> Result<bool> {
         if obj.finalizers().iter().any(|f| f == finalizer) {
             return Ok(false);
         }
@@ -132,7 +131,7 @@ where
 
     /// Remove `finalizer` if present (a vanished object is fine), guarded like
     /// [`Self::add_finalizer`].
-    pub async fn remove_finalizer(&mut self, obj: &K, finalizer: &str) -> Result<()> {
+    pub async fn remove_finalizer(&mut self, obj: &impl Resource, finalizer: &str) -> Result<()> {
         let Some(index) = obj.finalizers().iter().position(|f| f == finalizer) else {
             return Ok(());
         };

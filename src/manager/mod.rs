@@ -22,7 +22,7 @@ use tracing::{error, info, warn};
 use crate::{
     api::{DockerCluster, DockerMachine, DockerMachinePool},
     capi::{Cluster, Machine, MachinePool},
-    controllers::{self, Context, DockerTriggers},
+    controllers::{self, Shared},
     docker::{
         ContainerRuntime, RuntimeError,
         engine::{BollardRuntime, EngineOptions},
@@ -136,36 +136,25 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
         }
     };
     info!(cgroup_v1 = settings.cgroup_v1, "Docker Engine host");
-    let triggers = controllers::docker_triggers(events::container_events(&runtime, stop.clone()));
+    let triggers = controllers::docker_triggers(
+        events::container_events(&runtime, stop.clone()),
+        controllers::FAMILIES,
+    );
     let runtime: Arc<dyn ContainerRuntime> = runtime;
-    let (wake, woken) = futures::channel::mpsc::unbounded();
     let (caches, writers) = controllers::caches();
-    let ctx = Arc::new(Context::new(
+    let shared = Arc::new(Shared::new(
         client,
         runtime,
         settings,
         metrics.clone(),
         caches,
-        wake,
     ));
-    let tracked = Arc::downgrade(&ctx);
+    let tracked = Arc::downgrade(&shared);
     metrics.set_tracked_source(Arc::new(move || {
         tracked.upgrade().map(|c| c.tracked()).unwrap_or_default()
     }));
     info!(?scope, "controllers starting");
-    controllers::run(
-        ctx,
-        writers,
-        scope,
-        stop,
-        DockerTriggers {
-            clusters: triggers.clusters,
-            machines: futures::stream::select(triggers.machines, woken),
-            all_clusters: triggers.all_clusters,
-            all_machines: triggers.all_machines,
-        },
-    )
-    .await;
+    controllers::run(shared, writers, scope, stop, triggers).await;
     ready.store(false, Ordering::Relaxed);
     info!("controllers stopped");
     shutdown.cancel();

@@ -324,6 +324,11 @@ impl TestEnv {
                 "v1beta2",
                 "DockerMachinePool",
             ),
+            (
+                "infrastructure.cluster.x-k8s.io",
+                "v1beta2",
+                "DevMachinePool",
+            ),
             ("cluster.x-k8s.io", "v1beta2", "MachineDeployment"),
             ("cluster.x-k8s.io", "v1beta2", "MachineSet"),
             (
@@ -338,11 +343,13 @@ impl TestEnv {
                 "v1beta2",
                 "DockerMachine",
             ),
+            ("infrastructure.cluster.x-k8s.io", "v1beta2", "DevMachine"),
             (
                 "infrastructure.cluster.x-k8s.io",
                 "v1beta2",
                 "DockerCluster",
             ),
+            ("infrastructure.cluster.x-k8s.io", "v1beta2", "DevCluster"),
             ("cluster.x-k8s.io", "v1beta2", "Cluster"),
         ];
         for ns in namespaces

@@ -47,6 +47,12 @@ pub enum Plan {
     AwaitOwner,
     /// Deleted before it ever had an owner: remove what carries its UID, then let go.
     DeleteOrphan,
+    /// A DevMachine whose backend this provider does not serve: say so; on deletion, remove
+    /// what carries its UID and let go.
+    Unserved {
+        backend: String,
+        deleting: bool,
+    },
     /// The owner Machine or its Cluster does not exist (transient: it may appear).
     Missing(String),
     /// Paused by its Cluster or its own annotation: report only.
@@ -68,9 +74,17 @@ pub enum Normal {
     Provision(Bound, String),
 }
 
-pub fn decide(dm: &DockerMachine, o: &Owners) -> Plan {
+/// Pure: the plan for `dm` (of kind `kind`) and its owners.
+pub fn decide(kind: &str, dm: &DockerMachine, o: &Owners) -> Plan {
     let deleting = dm.metadata.deletion_timestamp.is_some();
-    match capi::ownership(&dm.metadata, FINALIZER, "Machine") {
+    let ownership = capi::ownership(&dm.metadata, FINALIZER, "Machine");
+    if let Some(backend) = crate::api::dev::unserved_backend(&dm.metadata)
+        && !matches!(ownership, capi::Ownership::External)
+    {
+        let backend = backend.to_string();
+        return Plan::Unserved { backend, deleting };
+    }
+    match ownership {
         capi::Ownership::External => return Plan::LeaveAlone,
         capi::Ownership::Unowned { deleting: true } => return Plan::DeleteOrphan,
         capi::Ownership::Unowned { deleting: false } => return Plan::AwaitOwner,
@@ -91,7 +105,7 @@ pub fn decide(dm: &DockerMachine, o: &Owners) -> Plan {
             ));
         }
     }
-    let paused = capi::paused_reasons(o.cluster.as_deref(), &dm.metadata, super::KIND);
+    let paused = capi::paused_reasons(o.cluster.as_deref(), &dm.metadata, kind);
     if !paused.is_empty() {
         return Plan::Paused(paused);
     }
@@ -218,22 +232,28 @@ mod tests {
     fn owner_and_management() {
         let mut orphan = dm();
         orphan.metadata.owner_references = None;
-        assert_eq!(decide(&orphan, &Owners::default()), Plan::AwaitOwner);
+        assert_eq!(
+            decide("DockerMachine", &orphan, &Owners::default()),
+            Plan::AwaitOwner
+        );
         orphan.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-        assert_eq!(decide(&orphan, &Owners::default()), Plan::DeleteOrphan);
+        assert_eq!(
+            decide("DockerMachine", &orphan, &Owners::default()),
+            Plan::DeleteOrphan
+        );
 
         let mut managed = dm();
         managed.metadata.annotations =
             Some([(capi::MANAGED_BY_ANNOTATION.to_string(), "x".into())].into());
         assert_eq!(
-            decide(&managed, &owners(true, true, None, false)),
+            decide("DockerMachine", &managed, &owners(true, true, None, false)),
             Plan::LeaveAlone
         );
         managed.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         managed.metadata.finalizers = Some(vec![FINALIZER.into()]);
         assert!(
             matches!(
-                decide(&managed, &owners(true, true, None, false)),
+                decide("DockerMachine", &managed, &owners(true, true, None, false)),
                 Plan::Delete { .. }
             ),
             "our finalizer is honoured even when managed elsewhere"
@@ -244,13 +264,17 @@ mod tests {
     fn missing_owners_wait_but_deletion_does_not() {
         let mut o = owners(true, true, Some("s"), false);
         o.cluster = None;
-        assert!(matches!(decide(&dm(), &o), Plan::Missing(m) if m.contains("Cluster ns/c")));
+        assert!(
+            matches!(decide("DockerMachine", &dm(), &o), Plan::Missing(m) if m.contains("Cluster ns/c"))
+        );
         o.machine = None;
-        assert!(matches!(decide(&dm(), &o), Plan::Missing(m) if m.contains("Machine ns/m")));
+        assert!(
+            matches!(decide("DockerMachine", &dm(), &o), Plan::Missing(m) if m.contains("Machine ns/m"))
+        );
         let mut deleting = dm();
         deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert_eq!(
-            decide(&deleting, &o),
+            decide("DockerMachine", &deleting, &o),
             Plan::Delete {
                 cluster_name: Some("c".into())
             }
@@ -261,29 +285,48 @@ mod tests {
     fn paused_wins_over_everything_but_ownership() {
         let mut o = owners(true, true, Some("s"), false);
         Arc::make_mut(o.cluster.as_mut().unwrap()).spec.paused = Some(true);
-        assert!(matches!(decide(&dm(), &o), Plan::Paused(why) if why.len() == 1));
+        assert!(matches!(decide("DockerMachine", &dm(), &o), Plan::Paused(why) if why.len() == 1));
         let mut deleting = dm();
         deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-        assert!(matches!(decide(&deleting, &o), Plan::Paused(_)));
+        assert!(matches!(
+            decide("DockerMachine", &deleting, &o),
+            Plan::Paused(_)
+        ));
     }
 
     #[test]
     fn waits_in_contract_order() {
         assert_eq!(
-            reason(decide(&dm(), &owners(false, false, Some("s"), false))),
+            reason(decide(
+                "DockerMachine",
+                &dm(),
+                &owners(false, false, Some("s"), false)
+            )),
             reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE
         );
         assert_eq!(
-            reason(decide(&dm(), &owners(true, false, None, false))),
+            reason(decide(
+                "DockerMachine",
+                &dm(),
+                &owners(true, false, None, false)
+            )),
             reasons::WAITING_FOR_CONTROL_PLANE_INITIALIZED
         );
         assert_eq!(
-            reason(decide(&dm(), &owners(true, false, None, true))),
+            reason(decide(
+                "DockerMachine",
+                &dm(),
+                &owners(true, false, None, true)
+            )),
             reasons::WAITING_FOR_BOOTSTRAP_DATA,
             "a control-plane machine does not wait for an initialized control plane"
         );
         assert_eq!(
-            reason(decide(&dm(), &owners(true, true, None, false))),
+            reason(decide(
+                "DockerMachine",
+                &dm(),
+                &owners(true, true, None, false)
+            )),
             reasons::WAITING_FOR_BOOTSTRAP_DATA
         );
     }
@@ -291,7 +334,7 @@ mod tests {
     #[test]
     fn provision_then_refresh() {
         let o = owners(true, true, Some("s"), true);
-        match decide(&dm(), &o) {
+        match decide("DockerMachine", &dm(), &o) {
             Plan::Normal(Normal::Provision(b, secret)) => {
                 assert_eq!((b.cluster_name.as_str(), secret.as_str()), ("c", "s"));
                 assert!(!b.leaves_load_balancer());
@@ -304,7 +347,7 @@ mod tests {
         Arc::make_mut(o.machine.as_mut().unwrap())
             .metadata
             .deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-        match decide(&provisioned, &o) {
+        match decide("DockerMachine", &provisioned, &o) {
             Plan::Normal(Normal::Refresh(b)) => assert!(b.leaves_load_balancer()),
             other => panic!("{other:?}"),
         }

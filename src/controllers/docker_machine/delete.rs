@@ -4,7 +4,7 @@ use chrono::Utc;
 use kube::{ResourceExt, runtime::controller::Action};
 use tracing::info;
 
-use super::{FINALIZER, KIND, Owners, decide::Bound, provision::sync_load_balancer};
+use super::{FINALIZER, Owners, decide::Bound, provision::sync_load_balancer};
 use crate::{
     api::{
         DockerMachine, DockerMachineStatus,
@@ -23,7 +23,7 @@ pub(super) async fn reconcile(
     owners: &Owners,
     cluster_name: Option<&str>,
     ctx: &Context,
-    patcher: &mut Patcher<DockerMachine>,
+    patcher: &mut Patcher,
     mut status: DockerMachineStatus,
 ) -> Result<Action> {
     let uid = dm.uid().unwrap_or_default();
@@ -58,7 +58,7 @@ pub(super) async fn reconcile(
     let owner = labels::Owner {
         cluster_name: cluster,
         cluster_namespace: &ns,
-        kind: KIND,
+        kind: ctx.kinds.machine,
         name: &dm_name,
         uid: &uid,
     };
@@ -103,7 +103,7 @@ pub(super) async fn reconcile(
 pub(super) async fn orphan(
     dm: &DockerMachine,
     ctx: &Context,
-    patcher: &mut Patcher<DockerMachine>,
+    patcher: &mut Patcher,
 ) -> Result<Action> {
     let uid = dm.uid().unwrap_or_default();
     ctx.bootstraps.cancel(&uid);
@@ -111,13 +111,12 @@ pub(super) async fn orphan(
     let_go(dm, ctx, patcher).await
 }
 
-async fn let_go(
-    dm: &DockerMachine,
-    ctx: &Context,
-    patcher: &mut Patcher<DockerMachine>,
-) -> Result<Action> {
+async fn let_go(dm: &DockerMachine, ctx: &Context, patcher: &mut Patcher) -> Result<Action> {
     patcher.remove_finalizer(dm, FINALIZER).await?;
-    ctx.forget(&crate::controllers::key(dm), &dm.uid().unwrap_or_default());
+    ctx.forget(
+        &crate::controllers::key(ctx.kinds.machine, dm),
+        &dm.uid().unwrap_or_default(),
+    );
     Ok(Action::await_change())
 }
 

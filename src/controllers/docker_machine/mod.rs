@@ -1,4 +1,5 @@
-//! DockerMachine reconciler: one node container per machine, bootstrapped from CAPI's data.
+//! DockerMachine reconciler (DevMachine's too, as its view): one node container per machine,
+//! bootstrapped from CAPI's data.
 //!
 //! fetch ([`Owners`], from the caches) -> decide ([`decide::decide`], pure) -> act
 //! ([`provision`], [`delete`]) -> status, written once on every exit path.
@@ -9,7 +10,7 @@ mod provision;
 use std::sync::Arc;
 
 use chrono::Utc;
-use kube::{Api, ResourceExt, runtime::controller::Action};
+use kube::{ResourceExt, runtime::controller::Action};
 use tracing::{Instrument, info, info_span};
 
 pub use decide::{Normal, Owners, Plan};
@@ -19,33 +20,35 @@ use super::{
     context::Context,
     error::{Error, Result},
     events,
+    kinds::Kinds,
     patch::Patcher,
 };
 use crate::{
     api::{
         DockerMachine, DockerMachineStatus,
-        conditions::{self, Desired, types},
+        conditions::{self, Desired, reasons, types},
+        dev,
     },
     capi,
 };
 
+/// Upstream's; a DevMachine carries the same one.
 pub const FINALIZER: &str = "dockermachine.infrastructure.cluster.x-k8s.io";
-const KIND: &str = "DockerMachine";
 
 pub async fn reconcile(dm: Arc<DockerMachine>, ctx: Arc<Context>) -> Result<Action> {
     let ns = dm.namespace().unwrap_or_default();
     let owner = capi::capi_owner(&dm.metadata, "Machine").map(|o| o.name.clone());
-    let span = info_span!("reconcile", kind = KIND, namespace = %ns, name = %dm.name_any(), machine = owner.as_deref().unwrap_or(""));
+    let span = info_span!("reconcile", kind = ctx.kinds.machine, namespace = %ns, name = %dm.name_any(), machine = owner.as_deref().unwrap_or(""));
     async move {
         let owners = fetch(&dm, &ctx).await?;
-        let plan = decide::decide(&dm, &owners);
+        let plan = decide::decide(ctx.kinds.machine, &dm, &owners);
         act(plan, &dm, &owners, &ctx).await
     }
     .instrument(span)
     .await
 }
 
-/// The owner Machine, its Cluster and the Cluster's DockerCluster, from the caches.
+/// The owner Machine, its Cluster and the Cluster's DockerCluster (DevCluster), from the caches.
 async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
     let ns = dm.namespace().unwrap_or_default();
     let Some(owner) = capi::capi_owner(&dm.metadata, "Machine") else {
@@ -68,9 +71,9 @@ async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
     let docker_cluster = match cluster
         .as_ref()
         .and_then(|c| c.spec.infrastructure_ref.as_ref())
-        .and_then(|r| r.name_if(crate::api::GROUP, "DockerCluster"))
+        .and_then(|r| r.name_if(crate::api::GROUP, ctx.kinds.cluster))
     {
-        Some(name) => caches::get(&c.docker_clusters, &ctx.client, &ns, name).await?,
+        Some(name) => ctx.infra_cluster(&ns, name).await?,
         None => None,
     };
     Ok(Owners {
@@ -99,8 +102,8 @@ fn pool_instance(machine: &capi::Machine, pool: &capi::MachinePool) -> capi::Mac
 }
 
 async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> Result<Action> {
-    let api: Api<DockerMachine> =
-        Api::namespaced(ctx.client.clone(), &dm.namespace().unwrap_or_default());
+    let kind = ctx.kinds.machine;
+    let api = Kinds::api(kind, &ctx.client, &dm.namespace().unwrap_or_default());
     let mut patcher = Patcher::new(api, dm);
     let mut status = dm.status.clone().unwrap_or_default();
     let set = |status: &mut DockerMachineStatus, d: &Desired| {
@@ -117,7 +120,18 @@ async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> 
             info!("waiting for the Machine controller to set the owner reference");
             return Ok(Action::requeue(ctx.settings.resync));
         }
-        Plan::DeleteOrphan => return delete::orphan(dm, ctx, &mut patcher).await,
+        Plan::DeleteOrphan | Plan::Unserved { deleting: true, .. } => {
+            return delete::orphan(dm, ctx, &mut patcher).await;
+        }
+        Plan::Unserved { backend, .. } => {
+            let why = Desired::false_(
+                types::CONTAINER_PROVISIONED,
+                reasons::BACKEND_NOT_SERVED,
+                dev::unserved_message(kind, &backend),
+            );
+            set(&mut status, &why);
+            Ok(Action::await_change())
+        }
         Plan::Missing(message) => return Err(Error::Missing(message)),
         Plan::Paused(why) => {
             set(&mut status, &conditions::paused(&why));
@@ -194,7 +208,7 @@ async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> 
         .await?;
     events::publish(
         &ctx.recorder,
-        dm,
+        &Kinds::reference(kind, &dm.metadata),
         dm.status.as_ref().and_then(|s| s.conditions.as_ref()),
         status.conditions.as_ref(),
     )

@@ -43,11 +43,11 @@ fn set(status: &mut DockerMachineStatus, dm: &DockerMachine, d: Desired) {
     );
 }
 
-fn owner<'a>(b: &'a Bound, dm_name: &'a str, uid: &'a str) -> labels::Owner<'a> {
+fn owner<'a>(ctx: &Context, b: &'a Bound, dm_name: &'a str, uid: &'a str) -> labels::Owner<'a> {
     labels::Owner {
         cluster_name: &b.cluster_name,
         cluster_namespace: &b.namespace,
-        kind: super::KIND,
+        kind: ctx.kinds.machine,
         name: dm_name,
         uid,
     }
@@ -57,7 +57,7 @@ fn conflict(name: &str, why: impl std::fmt::Display) -> Error {
     Error::blocked(
         types::CONTAINER_PROVISIONED,
         reasons::NAME_CONFLICT,
-        format!("Container {name} already exists and is not this DockerMachine's: {why}"),
+        format!("Container {name} already exists and is not this machine's: {why}"),
         CONFLICT_RETRY,
     )
 }
@@ -116,7 +116,7 @@ pub(super) async fn refresh(
     }
     let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());
     let (dm_name, uid) = (dm.name_any(), dm.uid().unwrap_or_default());
-    let owner = owner(b, &dm_name, &uid);
+    let owner = owner(ctx, b, &dm_name, &uid);
     let found = node::found(ctx.runtime.inspect(&name).await?, &owner);
     let container = match node::provisioned(found) {
         Provisioned::Alive(c) => c,
@@ -172,7 +172,7 @@ pub(super) struct Provisioning<'a> {
     pub dm: &'a DockerMachine,
     pub owners: &'a Owners,
     pub ctx: &'a Context,
-    pub patcher: &'a mut Patcher<DockerMachine>,
+    pub patcher: &'a mut Patcher,
     pub secret_name: &'a str,
 }
 
@@ -186,7 +186,7 @@ impl Provisioning<'_> {
         }
 
         let (dm_name, uid) = (dm.name_any(), dm.uid().unwrap_or_default());
-        let owner = owner(b, &dm_name, &uid);
+        let owner = owner(ctx, b, &dm_name, &uid);
         // While its bootstrap runs, the container is known to exist (the exec runs in it; one
         // lost meanwhile fails the exec, and the pass after that looks): no engine call per
         // pass while a hundred machines bootstrap.
@@ -238,9 +238,11 @@ impl Provisioning<'_> {
         if let Some(wait) = self.set_node_provider_id(&name, &provider_id).await? {
             return Ok(wait);
         }
-        // providerID in spec first: CAPI core needs it together with provisioned=true.
+        // providerID in spec first: CAPI core needs it together with provisioned=true. (Not the
+        // deprecated `bootstrapped`: upstream v1.14 dropped it, nothing reads it, and a DevMachine
+        // has no such field at the top of its spec.)
         self.patcher
-            .spec(json!({ "providerID": provider_id, "bootstrapped": true }))
+            .spec(json!({ "providerID": provider_id }))
             .await?;
         status.initialization = Some(Initialization {
             provisioned: Some(true),

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::{FINALIZER, KIND, TEMPLATE_HASH_ANNOTATION};
+use super::{FINALIZER, TEMPLATE_HASH_ANNOTATION};
 use crate::{
     api::{
         DockerMachine, DockerMachinePool,
@@ -62,7 +62,8 @@ pub struct Scale {
     pub replicas_ready: Desired,
 }
 
-pub fn decide(dmp: &DockerMachinePool, f: &Fetched) -> Plan {
+/// Pure: the plan for `dmp` (of kind `kind`) from what [`super::fetch`] read.
+pub fn decide(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Plan {
     let deleting = dmp.metadata.deletion_timestamp.is_some();
     let owner = match capi::ownership(&dmp.metadata, FINALIZER, "MachinePool") {
         capi::Ownership::External => return Plan::LeaveAlone,
@@ -82,7 +83,7 @@ pub fn decide(dmp: &DockerMachinePool, f: &Fetched) -> Plan {
             ));
         }
     }
-    let paused = capi::paused_reasons(f.cluster.as_deref(), &dmp.metadata, KIND);
+    let paused = capi::paused_reasons(f.cluster.as_deref(), &dmp.metadata, kind);
     if !paused.is_empty() {
         return Plan::Paused(paused);
     }
@@ -360,25 +361,35 @@ mod tests {
     fn the_contract_in_order() {
         let mut unowned = pool();
         unowned.metadata.owner_references = None;
-        assert_eq!(decide(&unowned, &Fetched::default()), Plan::AwaitOwner);
+        assert_eq!(
+            decide("DockerMachinePool", &unowned, &Fetched::default()),
+            Plan::AwaitOwner
+        );
         assert!(
-            matches!(decide(&pool(), &Fetched::default()), Plan::Missing(m) if m.contains("ns/mp"))
+            matches!(decide("DockerMachinePool", &pool(), &Fetched::default()), Plan::Missing(m) if m.contains("ns/mp"))
         );
         let mut f = fetched(1, "v1.35.4", vec![]);
         let mut no_data = (*machine_pool(1, "v1.35.4")).clone();
         no_data.spec.template = None;
         f.machine_pool = Some(Arc::new(no_data));
-        assert_eq!(decide(&pool(), &f), Plan::AwaitBootstrapData);
+        assert_eq!(
+            decide("DockerMachinePool", &pool(), &f),
+            Plan::AwaitBootstrapData
+        );
         let mut paused = pool();
         paused.metadata.annotations =
             Some([(capi::PAUSED_ANNOTATION.into(), String::new())].into());
-        assert!(matches!(decide(&paused, &f), Plan::Paused(_)));
+        assert!(matches!(
+            decide("DockerMachinePool", &paused, &f),
+            Plan::Paused(_)
+        ));
     }
 
     #[test]
     fn scales_up_to_the_replicas() {
         let h = current(3);
         let s = plan_scale(decide(
+            "DockerMachinePool",
             &pool(),
             &fetched(3, "v1.35.4", vec![dm("a", &h, 1, true)]),
         ));
@@ -400,7 +411,11 @@ mod tests {
         dms[3]
             .annotations_mut()
             .insert(DELETE_MACHINE_ANNOTATION.into(), String::new());
-        let s = plan_scale(decide(&pool(), &fetched(1, "v1.35.4", dms)));
+        let s = plan_scale(decide(
+            "DockerMachinePool",
+            &pool(),
+            &fetched(1, "v1.35.4", dms),
+        ));
         assert_eq!(s.create, 0);
         assert_eq!(s.delete, ["marked", "booting", "new"]);
         assert_eq!(s.replicas_ready.reason, reasons::SCALING_DOWN);
@@ -415,7 +430,7 @@ mod tests {
             vec![dm("a", &h, 1, true), dm("b", &h, 2, true)],
         );
         f.machines[1].metadata.deletion_timestamp = Some(ts(5));
-        let s = plan_scale(decide(&pool(), &f));
+        let s = plan_scale(decide("DockerMachinePool", &pool(), &f));
         assert_eq!((s.create, s.delete.len(), s.replicas), (1, 0, 1));
         assert_eq!(
             s.provider_ids.len(),
@@ -428,7 +443,7 @@ mod tests {
             vec![dm("a", &h, 1, true), dm("b", &h, 2, true)],
         );
         f.machines[1].metadata.deletion_timestamp = Some(ts(5));
-        let s = plan_scale(decide(&pool(), &f));
+        let s = plan_scale(decide("DockerMachinePool", &pool(), &f));
         assert_eq!(
             s.replicas_ready.reason,
             reasons::SCALING_DOWN,
@@ -447,7 +462,7 @@ mod tests {
             "v1.36.0",
             vec![dm("o1", &old, 1, true), dm("o2", &old, 2, true)],
         );
-        let s = plan_scale(decide(&pool(), &f));
+        let s = plan_scale(decide("DockerMachinePool", &pool(), &f));
         assert_eq!((s.create, s.delete.len()), (2, 0));
         assert_eq!(s.replicas_ready.reason, reasons::ROLLING_OUT);
         // One new one provisioned: one outdated goes (the newest outdated first).
@@ -461,7 +476,7 @@ mod tests {
                 dm("n2", &new, 4, false),
             ],
         );
-        let s = plan_scale(decide(&pool(), &f));
+        let s = plan_scale(decide("DockerMachinePool", &pool(), &f));
         assert_eq!((s.create, s.delete.clone()), (0, vec!["o2".to_string()]));
         // Both new ones provisioned: the last outdated goes.
         let f = fetched(
@@ -473,7 +488,7 @@ mod tests {
                 dm("n2", &new, 4, true),
             ],
         );
-        let s = plan_scale(decide(&pool(), &f));
+        let s = plan_scale(decide("DockerMachinePool", &pool(), &f));
         assert_eq!(s.delete, ["o1"]);
     }
 
@@ -481,6 +496,7 @@ mod tests {
     fn ready_when_every_replica_has_a_provider_id() {
         let h = current(2);
         let s = plan_scale(decide(
+            "DockerMachinePool",
             &pool(),
             &fetched(
                 2,
@@ -505,14 +521,18 @@ mod tests {
         );
         f.machines[1].metadata.deletion_timestamp = Some(ts(9));
         assert_eq!(
-            decide(&p, &f),
+            decide("DockerMachinePool", &p, &f),
             Plan::Delete(vec!["a".into()]),
             "b is going already"
         );
         f.machines.remove(0);
-        assert_eq!(decide(&p, &f), Plan::Delete(vec![]), "b is still draining");
+        assert_eq!(
+            decide("DockerMachinePool", &p, &f),
+            Plan::Delete(vec![]),
+            "b is still draining"
+        );
         f.machines.clear();
-        assert_eq!(decide(&p, &f), Plan::Released);
+        assert_eq!(decide("DockerMachinePool", &p, &f), Plan::Released);
     }
 
     #[test]
@@ -521,7 +541,7 @@ mod tests {
         let mut fresh = dm("fresh", &h, 2, false);
         fresh.metadata.owner_references.as_mut().unwrap().pop();
         let f = fetched(0, "v1.35.4", vec![dm("a", &h, 1, true), fresh]);
-        let s = plan_scale(decide(&pool(), &f));
+        let s = plan_scale(decide("DockerMachinePool", &pool(), &f));
         assert_eq!(s.delete, ["a"]);
         assert_eq!(s.replicas, 2);
     }

@@ -1,4 +1,5 @@
-//! DockerMachinePool reconciler: a MachinePool's replicas as DockerMachines.
+//! DockerMachinePool reconciler: a MachinePool's replicas as DockerMachines (a DevMachinePool's,
+//! reconciled as its view, as DevMachines).
 //!
 //! The pool never touches Docker. It keeps one DockerMachine per replica (labelled with the
 //! cluster and pool names, and `status.infrastructureMachineKind: DockerMachine`); CAPI core
@@ -20,7 +21,7 @@ use std::{
 use chrono::Utc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
-    Api, Resource, ResourceExt,
+    Api, ResourceExt,
     api::{DeleteParams, ListParams, PostParams},
     runtime::controller::Action,
 };
@@ -29,18 +30,19 @@ use tracing::{Instrument, info, info_span};
 
 use decide::{Fetched, Plan, Scale};
 
-use super::{caches, context::Context, error::Result, patch::Patcher};
+use super::{caches, context::Context, error::Result, kinds::Kinds, patch::Patcher};
 use crate::{
     api::{
-        DockerMachine, DockerMachinePool, DockerMachinePoolStatus, DockerMachineSpec,
+        API_VERSION, DockerMachine, DockerMachinePool, DockerMachinePoolStatus, DockerMachineSpec,
         conditions::{self, Desired, reasons, types},
+        dev::DevMachine,
     },
     capi::{self, CLUSTER_NAME_LABEL, MACHINE_POOL_NAME_LABEL, Machine},
     docker::naming,
 };
 
+/// Upstream's; a DevMachinePool carries the same one.
 pub const FINALIZER: &str = "dockermachinepool.infrastructure.cluster.x-k8s.io";
-const KIND: &str = "DockerMachinePool";
 /// On each instance: the template it was made from (see [`decide::template_hash`]).
 pub const TEMPLATE_HASH_ANNOTATION: &str =
     "infrastructure.cluster.x-k8s.io/docker-machine-pool-template";
@@ -50,10 +52,10 @@ const SCALING_RECHECK: Duration = Duration::from_secs(5);
 pub async fn reconcile(dmp: Arc<DockerMachinePool>, ctx: Arc<Context>) -> Result<Action> {
     let ns = dmp.namespace().unwrap_or_default();
     let owner = capi::capi_owner(&dmp.metadata, "MachinePool").map(|o| o.name.clone());
-    let span = info_span!("reconcile", kind = KIND, namespace = %ns, name = %dmp.name_any(), machine_pool = owner.as_deref().unwrap_or(""));
+    let span = info_span!("reconcile", kind = ctx.kinds.pool, namespace = %ns, name = %dmp.name_any(), machine_pool = owner.as_deref().unwrap_or(""));
     async move {
         let fetched = fetch(&dmp, &ctx).await?;
-        let plan = decide::decide(&dmp, &fetched);
+        let plan = decide::decide(ctx.kinds.pool, &dmp, &fetched);
         act(plan, &dmp, &ctx).await
     }
     .instrument(span)
@@ -82,10 +84,17 @@ async fn fetch(dmp: &DockerMachinePool, ctx: &Context) -> Result<Fetched> {
         "{CLUSTER_NAME_LABEL}={cluster_name},{MACHINE_POOL_NAME_LABEL}={}",
         owner.name
     ));
-    let instances = Api::<DockerMachine>::namespaced(ctx.client.clone(), &ns)
-        .list(&selector)
-        .await?
-        .items;
+    let instances = if ctx.kinds.is_dev() {
+        let list = Api::<DevMachine>::namespaced(ctx.client.clone(), &ns)
+            .list(&selector)
+            .await?;
+        list.items.iter().map(DevMachine::view).collect()
+    } else {
+        Api::<DockerMachine>::namespaced(ctx.client.clone(), &ns)
+            .list(&selector)
+            .await?
+            .items
+    };
     let machines = Api::<Machine>::namespaced(ctx.client.clone(), &ns)
         .list(&selector)
         .await?
@@ -100,7 +109,7 @@ async fn fetch(dmp: &DockerMachinePool, ctx: &Context) -> Result<Fetched> {
 
 async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Action> {
     let ns = dmp.namespace().unwrap_or_default();
-    let mut patcher = Patcher::new(Api::namespaced(ctx.client.clone(), &ns), dmp);
+    let mut patcher = Patcher::new(Kinds::api(ctx.kinds.pool, &ctx.client, &ns), dmp);
     let mut status = dmp.status.clone().unwrap_or_default();
     let generation = dmp.metadata.generation;
     let set = |status: &mut DockerMachinePoolStatus, d: &Desired| {
@@ -162,7 +171,7 @@ async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Actio
             status.replicas = i32::try_from(s.replicas).unwrap_or(i32::MAX);
             // Sticky, as upstream's: CAPI core stops copying providerIDList while it is false.
             status.ready = status.ready || s.all_have_provider_ids;
-            status.infrastructure_machine_kind = Some("DockerMachine".into());
+            status.infrastructure_machine_kind = Some(ctx.kinds.machine.into());
             status.observed_generation = generation;
             set(&mut status, &s.replicas_ready);
             if s.replicas_ready.status == conditions::ConditionStatus::True {
@@ -183,13 +192,13 @@ async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Actio
     Ok(action)
 }
 
-/// New instances: DockerMachines named `<cluster>-<pool>-<random>` (the node container's name
-/// too), owned by the pool and labelled for CAPI core, which gives each a Machine.
+/// New instances: DockerMachines (DevMachines) named `<cluster>-<pool>-<random>` (the node
+/// container's name too), owned by the pool and labelled for CAPI core, which gives each a
+/// Machine.
 async fn create(s: &Scale, dmp: &DockerMachinePool, ns: &str, ctx: &Context) -> Result<()> {
-    let api = Api::<DockerMachine>::namespaced(ctx.client.clone(), ns);
     let owner = OwnerReference {
-        api_version: DockerMachinePool::api_version(&()).into_owned(),
-        kind: KIND.into(),
+        api_version: API_VERSION.into(),
+        kind: ctx.kinds.pool.into(),
         name: dmp.name_any(),
         uid: dmp.uid().unwrap_or_default(),
         block_owner_deletion: Some(true),
@@ -227,8 +236,15 @@ async fn create(s: &Scale, dmp: &DockerMachinePool, ns: &str, ctx: &Context) -> 
             .into(),
         );
         dm.metadata.owner_references = Some(vec![owner.clone()]);
-        api.create(&PostParams::default(), &dm).await?;
-        info!(docker_machine = %name, "instance created");
+        let pp = PostParams::default();
+        if ctx.kinds.is_dev() {
+            let api = Api::<DevMachine>::namespaced(ctx.client.clone(), ns);
+            api.create(&pp, &DevMachine::from_view(dm)).await?;
+        } else {
+            let api = Api::<DockerMachine>::namespaced(ctx.client.clone(), ns);
+            api.create(&pp, &dm).await?;
+        }
+        info!(kind = ctx.kinds.machine, instance = %name, "instance created");
     }
     Ok(())
 }
@@ -248,11 +264,7 @@ async fn remove(machines: &[String], ns: &str, ctx: &Context) -> Result<()> {
 }
 
 /// The contract's spec fields: the pool's own providerID and its instances' (sorted).
-async fn write_spec(
-    patcher: &mut Patcher<DockerMachinePool>,
-    dmp: &DockerMachinePool,
-    s: &Scale,
-) -> Result<()> {
+async fn write_spec(patcher: &mut Patcher, dmp: &DockerMachinePool, s: &Scale) -> Result<()> {
     let provider_id = format!("docker:////{}-dmp-{}", s.cluster_name, dmp.name_any());
     if dmp.spec.provider_id.as_deref() != Some(provider_id.as_str())
         || dmp.spec.provider_id_list.as_deref().unwrap_or_default() != s.provider_ids.as_slice()
