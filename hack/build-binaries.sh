@@ -3,7 +3,7 @@
 # `capi`, the Cluster API v$CAPI_VERSION managers and clusterctl, with `capd-upstream` upstream
 # CAPD's manager (the benchmark peer), all from the Go module proxy
 # through throwaway wrapper modules. Binaries are cached in $BIN_DIR keyed by version.
-#   hack/build-binaries.sh [kube|kcm|node|etcd|coredns|crictl|capi|kind|all]   (default: kube etcd)
+#   hack/build-binaries.sh [kube|kcm|node|etcd|coredns|crictl|capi|kind|cert-manager|all]   (default: kube etcd)
 # (kcm = kube-controller-manager; node = every Kubernetes binary a kind-style node image needs;
 #  all three use one wrapper module)
 source "$(dirname "$0")/lib.sh"
@@ -222,12 +222,49 @@ build_kind() {
   log "built $out/kind"
 }
 
+# cert-manager's controller, cainjector and webhook (the three Deployments CAPI needs), for the
+# cert-manager of a kind management cluster (hack/kind-providers.sh). clusterctl v$CAPI_VERSION
+# installs cert-manager v1.21.1 by default, but from v1.12 on cert-manager keeps its main packages
+# in nested modules (github.com/cert-manager/cert-manager/cmd/controller, ...) that the Go module
+# proxy does not serve (404; the root module v1.12.0+ has no cmd/ at all): v1.11.5 is the newest
+# release whose root module still holds cmd/controller, cmd/cainjector and cmd/webhook. Its API
+# (cert-manager.io/v1 Issuer, Certificate) is the one CAPI's manifests and clusterctl's readiness
+# check use. The go.mod `replace` of miekg/dns is ignored by a dependant (the required version is
+# used; cert-manager's ACME DNS solvers are not exercised here).
+build_cert_manager() {
+  local out="$BIN_DIR/cert-manager-v$CERT_MANAGER_VERSION" v=$CERT_MANAGER_VERSION
+  if [[ -x "$out/controller" && -x "$out/cainjector" && -x "$out/webhook" ]]; then
+    log "cert-manager v$v cached"; return
+  fi
+  log "building cert-manager v$v controller, cainjector and webhook (cold: ~5 min)"
+  local dir="$WORK/cert-manager-$v" p
+  mkdir -p "$dir" "$out"
+  (
+    cd "$dir"
+    printf 'module capd-rs.local/certmanagerbins\n\ngo 1.19\n\nrequire github.com/cert-manager/cert-manager v%s\n' "$v" > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport (\n' > tools.go
+    for p in controller cainjector webhook; do printf '\t_ "github.com/cert-manager/cert-manager/cmd/%s"\n' "$p" >> tools.go; done
+    printf ')\n' >> tools.go
+    go mod tidy
+    local ldf="-s -w -X github.com/cert-manager/cert-manager/pkg/util.AppVersion=v$v -X github.com/cert-manager/cert-manager/pkg/util.AppGitCommit=0000000000000000000000000000000000000000"
+    for p in controller cainjector webhook; do
+      CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$out/$p" "github.com/cert-manager/cert-manager/cmd/$p"
+    done
+  )
+  log "built cert-manager v$v in $out"
+}
+
 # Where upstream CAPD's CRDs live (config/crd/bases of the test module).
 capd_upstream_crd_dir() {
   local dir
   dir=$(cd /tmp && go mod download -json "sigs.k8s.io/cluster-api/test@v$CAPD_UPSTREAM_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
   [[ -d $dir ]] || die "could not download sigs.k8s.io/cluster-api/test@v$CAPD_UPSTREAM_VERSION"
   echo "$dir/infrastructure/docker/config/crd/bases"
+}
+
+# Where the cert-manager module (its CRDs: deploy/crds) lives after `go mod download`.
+cert_manager_module_dir() {
+  (cd /tmp && go mod download -json "github.com/cert-manager/cert-manager@v$CERT_MANAGER_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 }
 
 # Where the CAPI module's manifests live (CRDs, webhooks) after `go mod download`.
@@ -246,6 +283,8 @@ for t in "${targets[@]}"; do
     coredns) build_coredns ;;
     crictl) build_crictl ;;
     kind) build_kind ;;
+    cert-manager) build_cert_manager ;;
+    cert-manager-module-dir) cert_manager_module_dir ;;
     all) build_etcd; build_kube; build_kcm; build_capi ;;
     capi-module-dir) capi_module_dir ;;
     capd-upstream) build_capd_upstream ;;

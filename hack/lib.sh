@@ -31,6 +31,10 @@ CAPD_UPSTREAM_VERSION=${CAPD_UPSTREAM_VERSION:-1.14.2}
 
 # The kind CLI of hack/kind.sh (management clusters from our node image): the newest on the proxy.
 KIND_VERSION=${KIND_VERSION:-0.33.0}
+# cert-manager of the kind management cluster: the newest release whose main packages the Go module
+# proxy serves (clusterctl v1.14.2 defaults to v1.21.1, whose mains are in nested modules the proxy
+# lacks; see build_cert_manager in hack/build-binaries.sh).
+CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-1.11.5}
 
 # Cache outside the repository: built binaries, images' rootfs tarballs, Go caches.
 CACHE_DIR=${CAPD_RS_CACHE:-$HOME/.cache/capd-rs}

@@ -45,6 +45,10 @@ cargo test --locked --test e2e
 cargo test --locked --test e2e_nodes -- --nocapture
 step "a kind management cluster from the node image (hack/kind.sh; kind built from the Go module proxy)"
 cargo test --locked --test kind_management
+step "provider images for kind: CAPI managers, cert-manager, capd-rs (hack/kind-providers.sh; cached by version)"
+hack/kind-providers.sh build
+step "clusterctl init on a kind cluster, then a workload cluster from clusterctl generate cluster"
+cargo test --locked --test kind_clusterctl -- --nocapture
 step "every verb config/rbac grants was used by a test manager"
 cargo test --locked --test rbac -- --ignored every_shipped_verb_is_used
 
