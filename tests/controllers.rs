@@ -764,6 +764,99 @@ async fn docker_outage_is_reported_and_recovered_from() {
     .await;
 }
 
+/// A DevCluster is served by the same controller as a DockerCluster when its backend is docker;
+/// upstream's in-memory backend is reported, not served: a condition and a Warning Event (the
+/// second time it happens, the same Event's series, which the recorder patches), no finalizer,
+/// and deletion still removes what the docker backend had made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dev_cluster_is_served_with_the_docker_backend_only() {
+    let (env, ns) = TestEnv::with_namespaced_manager("devc").await;
+    env.run(|env| async move {
+        let name = format!("{}-c", env.id);
+        let cluster = env.create_cluster(&ns, &name, false).await;
+        env.create_dev_cluster(&ns, &cluster, json!({"inMemory": {}}))
+            .await;
+        let api: Api<capd::api::dev::DevCluster> = Api::namespaced(env.client.clone(), &ns);
+        let lb_reason = |dc: &capd::api::dev::DevCluster| {
+            dc.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "LoadBalancerAvailable"))
+                .map(|c| (c.reason.clone(), c.message.clone()))
+        };
+        let not_served = || async {
+            let dc = api.get_opt(&name).await.ok()??;
+            let (reason, message) = lb_reason(&dc)?;
+            (reason == "BackendNotServed").then_some((dc, message))
+        };
+        let (dc, message) = eventually(LONG, "BackendNotServed", not_served).await;
+        assert!(message.contains("spec.backend.inMemory"), "{message}");
+        assert!(
+            dc.finalizers().is_empty(),
+            "no finalizer for an unserved backend"
+        );
+        let lb = format!("{name}-lb");
+        assert!(inspect(&docker().await, &lb).await.is_none());
+
+        // The docker backend: the DevCluster controller makes the load balancer, labelled with
+        // the Dev* kind, and sets the endpoint.
+        let set_backend = |backend: serde_json::Value| {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                api.patch(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"spec": {"backend": backend}})),
+                )
+                .await
+                .unwrap();
+            }
+        };
+        set_backend(json!({"inMemory": null, "docker": {}})).await;
+        let dc = eventually(LONG, "DevCluster provisioned", || async {
+            api.get_opt(&name).await.ok()?.filter(|dc| {
+                dc.status
+                    .as_ref()
+                    .and_then(|s| s.initialization.as_ref())
+                    .and_then(|i| i.provisioned)
+                    == Some(true)
+            })
+        })
+        .await;
+        assert!(dc.spec.control_plane_endpoint.is_some_and(|e| e.is_valid()));
+        let info = inspect(&docker().await, &lb)
+            .await
+            .expect("the load balancer");
+        assert_eq!(info.labels[labels::OWNER_KIND], "DevCluster");
+
+        // In-memory again: reported again, as the same Warning Event, now a series of two.
+        set_backend(json!({"inMemory": {}, "docker": null})).await;
+        eventually(LONG, "BackendNotServed again", not_served).await;
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(env.client.clone(), &ns);
+        eventually(LONG, "the Warning Event counted twice", || async {
+            let list = events.list(&Default::default()).await.ok()?.items;
+            list.into_iter().find(|e| {
+                e.reason.as_deref() == Some("BackendNotServed")
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("DevCluster")
+                    && e.series.as_ref().is_some_and(|s| s.count >= 2)
+            })
+        })
+        .await;
+
+        // Deleting it removes the load balancer the docker backend made, then the finalizer.
+        api.delete(&name, &Default::default()).await.unwrap();
+        eventually(LONG, "DevCluster and its load balancer gone", || async {
+            (api.get_opt(&name).await.ok()?.is_none()
+                && inspect(&docker().await, &lb).await.is_none())
+            .then_some(())
+        })
+        .await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_cluster_name_in_two_namespaces_stays_separate() {
     let mut env = TestEnv::new("twins").await;

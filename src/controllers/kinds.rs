@@ -48,7 +48,8 @@ impl Kinds {
         Api::namespaced_with(client.clone(), namespace, &Self::resource(kind))
     }
 
-    /// What an Event about an object of `kind` refers to.
+    /// What an Event about an object of `kind` refers to: the object, not one version of it
+    /// (the recorder counts a repeated Event in a series only when the reference is equal).
     pub fn reference(kind: &str, meta: &ObjectMeta) -> ObjectReference {
         ObjectReference {
             api_version: Some(format!("{GROUP}/{VERSION}")),
@@ -56,7 +57,6 @@ impl Kinds {
             name: meta.name.clone(),
             namespace: meta.namespace.clone(),
             uid: meta.uid.clone(),
-            resource_version: meta.resource_version.clone(),
             ..Default::default()
         }
     }

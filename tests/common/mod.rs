@@ -638,6 +638,32 @@ impl TestEnvRef {
             .expect("create DockerCluster")
     }
 
+    /// A DevCluster owned by `cluster`, with `backend` as its spec.backend.
+    pub async fn create_dev_cluster(
+        &self,
+        ns: &str,
+        cluster: &DynamicObject,
+        backend: Value,
+    ) -> capd::api::dev::DevCluster {
+        let name = cluster.name_any();
+        let obj = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DevCluster",
+            "metadata": {
+                "name": name, "namespace": ns,
+                "labels": self.filter_labels(json!({"cluster.x-k8s.io/cluster-name": name})),
+                "ownerReferences": [owner_ref(cluster, "Cluster")]
+            },
+            "spec": {"backend": backend}
+        });
+        Api::<capd::api::dev::DevCluster>::namespaced(self.client.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(obj).unwrap(),
+            )
+            .await
+            .expect("create DevCluster")
+    }
+
     /// Play CAPI core: mark the Cluster's infrastructure provisioned.
     pub async fn mark_infrastructure_provisioned(&self, ns: &str, cluster: &str) {
         let api: Api<DynamicObject> =
