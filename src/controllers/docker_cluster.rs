@@ -119,22 +119,15 @@ async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Ac
             info!("waiting for the Cluster controller to set the owner reference");
             Ok(Action::requeue(ctx.settings.resync))
         }
-        Plan::DeleteOrphan => {
+        // An unserved backend may have been docker before: nothing of it may stay either.
+        Plan::DeleteOrphan | Plan::Unserved { deleting: true, .. } => {
             let uid = dc.uid().unwrap_or_default();
             crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
             patcher.remove_finalizer(dc.as_ref(), FINALIZER).await?;
             ctx.forget(&super::key(kind, dc.as_ref()), &uid);
             Ok(Action::await_change())
         }
-        Plan::Unserved { backend, deleting } => {
-            if deleting {
-                // It may have had a docker backend before: nothing of it may stay.
-                let uid = dc.uid().unwrap_or_default();
-                crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
-                patcher.remove_finalizer(dc.as_ref(), FINALIZER).await?;
-                ctx.forget(&super::key(kind, dc.as_ref()), &uid);
-                return Ok(Action::await_change());
-            }
+        Plan::Unserved { backend, .. } => {
             let why = Desired::false_(
                 types::LOAD_BALANCER_AVAILABLE,
                 reasons::BACKEND_NOT_SERVED,
@@ -391,5 +384,28 @@ mod tests {
             decide("DockerCluster", &managed, cluster(false)),
             Plan::LeaveAlone
         );
+    }
+
+    #[test]
+    fn an_unserved_backend_is_reported_whatever_the_owner_says() {
+        let mut view = dc(true, false);
+        view.metadata.annotations =
+            Some([(dev::UNSERVED_BACKEND.to_string(), "inMemory".to_string())].into());
+        let unserved = |deleting| Plan::Unserved {
+            backend: "inMemory".into(),
+            deleting,
+        };
+        assert_eq!(
+            decide("DevCluster", &view, cluster(true)),
+            unserved(false),
+            "paused or not"
+        );
+        assert_eq!(
+            decide("DevCluster", &view, None),
+            unserved(false),
+            "owner or not"
+        );
+        view.metadata.deletion_timestamp = dc(true, true).metadata.deletion_timestamp;
+        assert_eq!(decide("DevCluster", &view, None), unserved(true));
     }
 }

@@ -229,6 +229,26 @@ mod tests {
     }
 
     #[test]
+    fn an_unserved_backend_is_reported_before_anything_else() {
+        let mut view = dm();
+        view.metadata.annotations = Some(
+            [(
+                crate::api::dev::UNSERVED_BACKEND.to_string(),
+                "inMemory".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            decide("DevMachine", &view, &Owners::default()),
+            Plan::Unserved {
+                backend: "inMemory".into(),
+                deleting: false
+            },
+            "no owners needed to say so"
+        );
+    }
+
+    #[test]
     fn owner_and_management() {
         let mut orphan = dm();
         orphan.metadata.owner_references = None;
