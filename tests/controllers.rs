@@ -777,17 +777,11 @@ async fn a_dev_cluster_is_served_with_the_docker_backend_only() {
         env.create_dev_cluster(&ns, &cluster, json!({"inMemory": {}}))
             .await;
         let api: Api<capd::api::dev::DevCluster> = Api::namespaced(env.client.clone(), &ns);
-        let lb_reason = |dc: &capd::api::dev::DevCluster| {
-            dc.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == "LoadBalancerAvailable"))
-                .map(|c| (c.reason.clone(), c.message.clone()))
-        };
         let not_served = || async {
             let dc = api.get_opt(&name).await.ok()??;
-            let (reason, message) = lb_reason(&dc)?;
-            (reason == "BackendNotServed").then_some((dc, message))
+            let message = dc.cond("LoadBalancerAvailable")?.message.clone();
+            dc.has_reason("LoadBalancerAvailable", "BackendNotServed")
+                .then_some((dc, message))
         };
         let (dc, message) = eventually(LONG, "BackendNotServed", not_served).await;
         assert!(message.contains("spec.backend.inMemory"), "{message}");
@@ -815,13 +809,10 @@ async fn a_dev_cluster_is_served_with_the_docker_backend_only() {
         };
         set_backend(json!({"inMemory": null, "docker": {}})).await;
         let dc = eventually(LONG, "DevCluster provisioned", || async {
-            api.get_opt(&name).await.ok()?.filter(|dc| {
-                dc.status
-                    .as_ref()
-                    .and_then(|s| s.initialization.as_ref())
-                    .and_then(|i| i.provisioned)
-                    == Some(true)
-            })
+            api.get_opt(&name)
+                .await
+                .ok()?
+                .filter(|dc| cluster_provisioned(dc.status.as_ref()))
         })
         .await;
         assert!(dc.spec.control_plane_endpoint.is_some_and(|e| e.is_valid()));

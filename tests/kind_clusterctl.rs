@@ -22,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{capi_e2e::*, workload::*};
+use common::{capi_e2e::*, docker_lines, workload::*};
 use serde_json::Value;
 
 /// Label capd-rs puts on every container of a cluster: the Cluster's namespace.
@@ -87,15 +87,6 @@ impl Drop for Kind {
             let _ = self.run("hack/kind.sh", "down");
         }
     }
-}
-
-fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker").args(args).output().expect("docker");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect()
 }
 
 fn ok(what: &str, out: &Output) -> String {

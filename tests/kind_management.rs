@@ -7,7 +7,7 @@ mod common;
 
 use std::{path::PathBuf, process::Command, time::Duration};
 
-use common::{eventually, workload::*};
+use common::{docker_lines, eventually, workload::*};
 
 struct Kind {
     cluster: String,
@@ -38,15 +38,6 @@ impl Drop for Kind {
     fn drop(&mut self) {
         let _ = self.script("down");
     }
-}
-
-fn docker_lines(args: &[&str]) -> Vec<String> {
-    let out = Command::new("docker").args(args).output().expect("docker");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect()
 }
 
 #[tokio::test]

@@ -517,13 +517,9 @@ impl TestEnvRef {
             Duration::from_secs(90),
             "DockerCluster provisioned",
             || async {
-                self.docker_cluster(ns, name).await.filter(|dc| {
-                    dc.status
-                        .as_ref()
-                        .and_then(|s| s.initialization.as_ref())
-                        .and_then(|i| i.provisioned)
-                        == Some(true)
-                })
+                self.docker_cluster(ns, name)
+                    .await
+                    .filter(|dc| cluster_provisioned(dc.status.as_ref()))
             },
         )
         .await;
@@ -839,6 +835,27 @@ pub fn is_true(conditions: Option<&Vec<capd::api::conditions::Condition>>, type_
         .is_some_and(|c| c.status == capd::api::conditions::ConditionStatus::True)
 }
 
+/// The non-empty output lines of a `docker` CLI call (ids, names) in the kind tests.
+pub fn docker_lines(args: &[&str]) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A DockerCluster's (or DevCluster's) status says provisioned.
+pub fn cluster_provisioned(status: Option<&capd::api::DockerClusterStatus>) -> bool {
+    status
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned)
+        == Some(true)
+}
+
 /// Condition lookups on our objects' status.
 pub trait Conditioned {
     fn conditions(&self) -> Option<&Vec<capd::api::conditions::Condition>>;
@@ -858,6 +875,12 @@ pub trait Conditioned {
 }
 
 impl Conditioned for capd::api::DockerCluster {
+    fn conditions(&self) -> Option<&Vec<capd::api::conditions::Condition>> {
+        self.status.as_ref().and_then(|s| s.conditions.as_ref())
+    }
+}
+
+impl Conditioned for capd::api::dev::DevCluster {
     fn conditions(&self) -> Option<&Vec<capd::api::conditions::Condition>> {
         self.status.as_ref().and_then(|s| s.conditions.as_ref())
     }
