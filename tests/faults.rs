@@ -18,7 +18,8 @@ use std::{
 };
 
 use capd::{
-    api::{DockerCluster, DockerMachine},
+    api::{DockerCluster, DockerMachine, conditions::ConditionStatus},
+    controllers::machine_bootstrap,
     docker::{ContainerInfo, ContainerRuntime, engine::BollardRuntime, labels},
 };
 use common::*;
@@ -31,7 +32,7 @@ const BOOTSTRAP_OK: &str = include_str!("fixtures/bootstrap-ok.yaml");
 /// Shaped like CABPK's data: the long command and the sentinel are one `runcmd` entry
 /// (`kubeadm init ... && echo success > sentinel`), so a step in flight when the manager dies
 /// completes inside the node by itself. Each run appends to /etc/starts.
-const BOOTSTRAP_SLOW: &str = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- sleep 4 && mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n";
+const BOOTSTRAP_SLOW: &str = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- sleep 8 && mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n";
 /// One control plane and three workers.
 const MACHINES: usize = 4;
 /// The goal: a new object acted on within 5 s of the fault's end.
@@ -634,12 +635,15 @@ async fn manager_killed_during_bootstrap() {
                 Duration::from_secs(90),
                 "every machine in its long step",
                 || async {
-                    // Bootstrapping, and past the first step: the long one runs (the steps
-                    // run in one exec, so the condition cannot say which; the node can).
+                    // Started (the restart-safe record is on the object) and past the first
+                    // step: the long one runs. The conditions cannot tell: the steps run in one
+                    // exec whose progress is read every 10 s, and the long step is shorter.
                     for m in &fx.machines {
                         fx.docker_machine(m).await.filter(|dm| {
-                            dm.cond("BootstrapCompleted")
-                                .is_some_and(|c| c.reason == "Bootstrapping")
+                            dm.annotations().contains_key(machine_bootstrap::STARTED_AT)
+                                && dm
+                                    .cond("BootstrapCompleted")
+                                    .is_some_and(|c| c.status == ConditionStatus::False)
                         })?;
                         if exec(&fx.docker, m, "test -f /etc/starts").await.0 != 0 {
                             return None;
