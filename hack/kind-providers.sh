@@ -11,6 +11,9 @@
 #   hack/kind-providers.sh init     load + repo, then `clusterctl init --infrastructure docker`
 #                                   (the images must be built; clusterctl variables such as
 #                                   CAPD_DOCKER_NETWORK come from the environment)
+# For `clusterctl upgrade`: with CAPD_NEXT_VERSION=vX.Y.Z the repository also holds that version of
+# capd-rs, whose components run $CAPD_IMAGE-next (the same build under a second tag, loaded too), and
+# CAPD_INIT_VERSION=vA.B.C makes `init` install that version instead of the newest.
 # Images (the names the components reference, so no image override is needed):
 #   registry.k8s.io/cluster-api/{cluster-api,kubeadm-bootstrap,kubeadm-control-plane}-controller:v$CAPI_VERSION
 #   quay.io/jetstack/cert-manager-{controller,cainjector,webhook}:v$CERT_MANAGER_VERSION
@@ -30,6 +33,8 @@ KIND="$BIN_DIR/kind-v$KIND_VERSION/kind"
 CLUSTERCTL="$CAPI_BIN_DIR/clusterctl"
 CM_BIN_DIR="$BIN_DIR/cert-manager-v$CERT_MANAGER_VERSION"
 CAPD_IMAGE=${CAPD_IMAGE:-docker.io/capd-rs/manager:kind}
+CAPD_NEXT_VERSION=${CAPD_NEXT_VERSION:-}
+CAPD_NEXT_IMAGE=$CAPD_IMAGE-next
 REPO_DIR="$KIND_DIR/clusterctl-repo"
 # The clusterctl variable of our components naming the network of workload containers: the kind
 # cluster's own (hack/kind.sh's KIND_EXPERIMENTAL_DOCKER_NETWORK), so they reach each other.
@@ -93,6 +98,10 @@ load() {
   [[ -x $KIND ]] || die "no kind CLI: run hack/kind-providers.sh build"
   "$KIND" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER" || die "no kind cluster $KIND_CLUSTER: run hack/kind.sh up"
   local all=("$CAPD_IMAGE") t0=$SECONDS
+  if [[ -n $CAPD_NEXT_VERSION ]]; then
+    docker tag "$CAPD_IMAGE" "$CAPD_NEXT_IMAGE"
+    all+=("$CAPD_NEXT_IMAGE")
+  fi
   while read -r image _; do all+=("$image"); done < <(provider_images)
   "$KIND" load docker-image --name "$KIND_CLUSTER" "${all[@]}"
   log "loaded ${#all[@]} images into $KIND_CLUSTER in $((SECONDS - t0))s"
@@ -100,6 +109,11 @@ load() {
 
 repo() {
   "$HACK_DIR/release.sh" --repo "$REPO_DIR" --image "$CAPD_IMAGE" >/dev/null
+  # Last, so that clusterctl.yaml's docker entry names it (clusterctl lists every version
+  # directory of the repository either way).
+  if [[ -n $CAPD_NEXT_VERSION ]]; then
+    "$HACK_DIR/release.sh" --repo "$REPO_DIR" --image "$CAPD_NEXT_IMAGE" --version "$CAPD_NEXT_VERSION" >/dev/null
+  fi
   local cm_dir out="$REPO_DIR/cert-manager/v$CERT_MANAGER_VERSION" f
   cm_dir=$("$HACK_DIR/build-binaries.sh" cert-manager-module-dir)
   [[ -d $cm_dir/deploy/crds ]] || die "no deploy/crds in the cert-manager module ($cm_dir)"
@@ -128,7 +142,8 @@ init() {
   cfg=$(repo)
   "$CLUSTERCTL" init --kubeconfig "$KIND_KUBECONFIG" --config "$cfg" \
     --core "cluster-api:v$CAPI_VERSION" --bootstrap "kubeadm:v$CAPI_VERSION" \
-    --control-plane "kubeadm:v$CAPI_VERSION" --infrastructure docker --wait-providers
+    --control-plane "kubeadm:v$CAPI_VERSION" --infrastructure "docker${CAPD_INIT_VERSION:+:$CAPD_INIT_VERSION}" \
+    --wait-providers
   log "clusterctl init done in $((SECONDS - t0))s"
 }
 

@@ -36,6 +36,9 @@ KIND_VERSION=${KIND_VERSION:-0.33.0}
 # lacks; see build_cert_manager in hack/build-binaries.sh).
 CERT_MANAGER_VERSION=${CERT_MANAGER_VERSION:-1.11.5}
 
+# This provider's version, as releases and clusterctl name it: v + Cargo.toml's package version.
+CAPD_VERSION=v$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -n1)
+
 # Cache outside the repository: built binaries, images' rootfs tarballs, Go caches.
 CACHE_DIR=${CAPD_RS_CACHE:-$HOME/.cache/capd-rs}
 BIN_DIR="$CACHE_DIR/bin"

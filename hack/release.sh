@@ -51,9 +51,7 @@ kustomize_build() {
 }
 
 # --- provider version and metadata.yaml ------------------------------------------------
-if [[ -z "$VERSION" ]]; then
-  VERSION=v$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -n1)
-fi
+VERSION=${VERSION:-$CAPD_VERSION}
 [[ "$VERSION" =~ ^v([0-9]+)\.([0-9]+)\.([0-9]+)([-+].*)?$ ]] || die "version '$VERSION' is not vMAJOR.MINOR.PATCH"
 MAJOR=${BASH_REMATCH[1]} MINOR=${BASH_REMATCH[2]}
 # clusterctl refuses a version whose major.minor has no releaseSeries entry.

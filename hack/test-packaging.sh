@@ -167,7 +167,7 @@ compare_sets() {
 
 # --- checks --------------------------------------------------------------------------------
 REPO_DIR=$WORK/repo
-VERSION=v$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -n1)
+VERSION=$CAPD_VERSION
 CONFIG=$REPO_DIR/clusterctl.yaml
 COMP=$REPO_DIR/infrastructure-docker/$VERSION/infrastructure-components.yaml
 

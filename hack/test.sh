@@ -47,7 +47,7 @@ step "a kind management cluster from the node image (hack/kind.sh; kind built fr
 cargo test --locked --test kind_management
 step "provider images for kind: CAPI managers, cert-manager, capd-rs (hack/kind-providers.sh; cached by version)"
 hack/kind-providers.sh build
-step "clusterctl init on a kind cluster, then a workload cluster from clusterctl generate cluster"
+step "clusterctl init on a kind cluster, workload clusters from clusterctl generate cluster, clusterctl upgrade, move to a second kind cluster, delete"
 cargo test --locked --test kind_clusterctl -- --nocapture
 step "every verb config/rbac grants was used by a test manager"
 cargo test --locked --test rbac -- --ignored every_shipped_verb_is_used
