@@ -7,9 +7,15 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use capd::api::{DockerCluster, DockerMachine};
+use capd::{
+    api::{DockerCluster, DockerMachine},
+    docker::ContainerRuntime,
+};
 use common::{docker_proxy::DockerProxy, *};
-use kube::{Api, ResourceExt, api::DeleteParams};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams},
+};
 use serde_json::json;
 
 const LONG: Duration = Duration::from_secs(90);
@@ -310,6 +316,41 @@ async fn deleting_mid_bootstrap_and_after_the_machine_is_gone() {
                 .then_some(())
         })
         .await;
+
+        // Deleted by `clusterctl move` from the source management cluster: the container now
+        // belongs to the target's copy of the object, so it stays, even with the Cluster not
+        // (or no longer) paused. clusterctl annotates, deletes, then strips the finalizers.
+        let moved = format!("{name}-moved");
+        env.create_machine(&ns, &name, &moved, false, Some("boot"), node())
+            .await;
+        eventually(LONG, "to-be-moved worker provisioned", || async {
+            env.docker_machine(&ns, &moved).await.filter(fully_provisioned)
+        })
+        .await;
+        let annotate = json!({"metadata": {"annotations": {"clusterctl.cluster.x-k8s.io/delete-for-move": ""}}});
+        dms.patch(&moved, &PatchParams::default(), &Patch::Merge(&annotate))
+            .await
+            .unwrap();
+        dms.delete(&moved, &DeleteParams::default()).await.unwrap();
+        never(
+            Duration::from_secs(5),
+            "the moved machine's container removed",
+            || async { inspect(&docker, &moved).await.is_none() },
+        )
+        .await;
+        let unfinalize = json!({"metadata": {"finalizers": []}});
+        dms.patch(&moved, &PatchParams::default(), &Patch::Merge(&unfinalize))
+            .await
+            .unwrap();
+        eventually(Duration::from_secs(10), "moved DockerMachine gone", || async {
+            env.docker_machine(&ns, &moved).await.is_none().then_some(())
+        })
+        .await;
+        assert!(
+            inspect(&docker, &moved).await.is_some(),
+            "the moved machine's container stays"
+        );
+        docker.remove(&moved).await.unwrap();
     })
     .await;
 }

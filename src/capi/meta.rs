@@ -2,7 +2,10 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use super::{CLUSTER_NAME_LABEL, Cluster, GROUP, MANAGED_BY_ANNOTATION, PAUSED_ANNOTATION};
+use super::{
+    CLUSTER_NAME_LABEL, Cluster, DELETE_FOR_MOVE_ANNOTATION, GROUP, MANAGED_BY_ANNOTATION,
+    PAUSED_ANNOTATION,
+};
 
 /// The owner reference of `kind` in group `cluster.x-k8s.io`, whatever its version or
 /// controller flag (CAPI v1.13+ sets `controller: true` only for ClusterClass clusters).
@@ -64,18 +67,28 @@ pub fn ownership<'a>(meta: &'a ObjectMeta, finalizer: &str, owner_kind: &str) ->
 }
 
 /// Why an object is paused: `Cluster.spec.paused` and/or the paused annotation on the object
-/// (presence is enough). Empty when not paused.
+/// (presence is enough), or `clusterctl move` deleting it from this management cluster. Empty
+/// when not paused.
 pub fn paused_reasons(cluster: Option<&Cluster>, meta: &ObjectMeta, kind: &str) -> Vec<String> {
     let mut reasons = Vec::new();
     if cluster.is_some_and(Cluster::is_paused) {
         reasons.push("Cluster spec.paused is set to true".to_string());
     }
-    if meta
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
-    {
+    let annotated = |key| {
+        meta.annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(key))
+    };
+    if annotated(PAUSED_ANNOTATION) {
         reasons.push(format!("{kind} has the {PAUSED_ANNOTATION} annotation"));
+    }
+    // clusterctl pauses the Cluster first, so this only matters when the Cluster is already out
+    // of sight (a move retried after a partial one): the containers belong to the target now,
+    // and a deletion here must not remove them.
+    if annotated(DELETE_FOR_MOVE_ANNOTATION) {
+        reasons.push(format!(
+            "clusterctl move is deleting this {kind} from this management cluster ({DELETE_FOR_MOVE_ANNOTATION})"
+        ));
     }
     reasons
 }
@@ -146,6 +159,9 @@ mod tests {
         );
         cluster.spec.paused = Some(false);
         assert!(paused_reasons(Some(&cluster), &plain, "X").is_empty());
+        // Moved away: paused even with no Cluster in sight.
+        let moved = meta_with(&[(DELETE_FOR_MOVE_ANNOTATION, "")], &[]);
+        assert_eq!(paused_reasons(None, &moved, "DockerMachine").len(), 1);
     }
 
     #[test]

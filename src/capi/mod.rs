@@ -19,6 +19,9 @@ pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
+/// Put by `clusterctl move` on each source object right before it deletes it (and strips its
+/// finalizers): the object lives on in the target management cluster.
+pub const DELETE_FOR_MOVE_ANNOTATION: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 pub const MANAGED_BY_ANNOTATION: &str = "cluster.x-k8s.io/managed-by";
 /// On the infrastructure machines of a MachinePool (and their Machines): the pool's name.
 pub const MACHINE_POOL_NAME_LABEL: &str = "cluster.x-k8s.io/pool-name";
