@@ -121,11 +121,25 @@ pub struct Ratio {
     pub what: String,
     pub value: f64,
     pub bound: f64,
+    /// The best ratio any provider could reach in this run, where the floor sets one (the
+    /// floor's own time against upstream's): a bound below it cannot be met here.
+    pub reachable: Option<f64>,
 }
 
 impl Ratio {
     pub fn holds(&self) -> bool {
         self.value <= self.bound
+    }
+
+    /// "met", "missed", or why missing it says nothing about the provider.
+    pub fn verdict(&self) -> String {
+        match self.reachable {
+            _ if self.holds() => "met".into(),
+            Some(best) if best > self.bound => {
+                format!("missed; unreachable in this run: the floor itself is {best:.2}× upstream")
+            }
+            _ => "missed".into(),
+        }
     }
 }
 
@@ -160,18 +174,23 @@ impl Report {
             what,
             value: if b > 0.0 { a / b } else { f64::INFINITY },
             bound,
+            reachable: None,
         };
         for n in self.ns().into_iter().filter(|n| *n >= 10) {
             let Some(ours) = self.run(CAPD_RS, n) else {
                 continue;
             };
             if let Some(up) = self.run(UPSTREAM, n) {
-                out.push(ratio(
-                    format!("provision time vs upstream, N={n}"),
-                    ours.provision_s,
-                    up.provision_s,
-                    0.5,
-                ));
+                let floor = self.run(FLOOR, n);
+                out.push(Ratio {
+                    reachable: floor.map(|f| f.provision_s / up.provision_s),
+                    ..ratio(
+                        format!("provision time vs upstream, N={n}"),
+                        ours.provision_s,
+                        up.provision_s,
+                        0.5,
+                    )
+                });
             }
             if let Some(floor) = self.run(FLOOR, n) {
                 out.push(ratio(
@@ -355,7 +374,7 @@ impl Report {
                     r.what,
                     r.value,
                     r.bound,
-                    if r.holds() { "met" } else { "missed" }
+                    r.verdict()
                 ));
             }
         }
@@ -443,6 +462,26 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_below_the_floor_is_called_unreachable() {
+        let report = Report {
+            runs: vec![
+                run(CAPD_RS, 100, 36.0, None, None),
+                run(UPSTREAM, 100, 50.0, None, None),
+                run(FLOOR, 100, 30.0, None, None),
+            ],
+            ..Default::default()
+        };
+        let r = report.ratios();
+        let vs_upstream = r.iter().find(|x| x.what.contains("vs upstream")).unwrap();
+        assert_eq!(
+            vs_upstream.verdict(),
+            "missed; unreachable in this run: the floor itself is 0.60× upstream"
+        );
+        let vs_floor = r.iter().find(|x| x.what.contains("vs floor")).unwrap();
+        assert_eq!(vs_floor.verdict(), "met", "36 / 30 = 1.2");
+    }
+
+    #[test]
     fn ratios_compare_like_with_like_and_say_which_goal_is_missed() {
         let report = Report {
             images: BTreeMap::from([(CAPD_RS.into(), 10), (UPSTREAM.into(), 60)]),
@@ -467,6 +506,7 @@ mod tests {
             "0.6 > 0.5"
         );
         assert!(!get("provision time vs floor, N=10").holds(), "2.0 > 1.3");
+        assert_eq!(get("provision time vs upstream, N=50").verdict(), "missed");
         assert_eq!(get("peak RSS vs upstream (largest N)").value, 0.25);
         assert!(get("manager image vs upstream").holds());
         // 12 per machine at N=50 against 10 at N=10.
