@@ -91,7 +91,7 @@ build() {
 load() {
   local image
   [[ -x $KIND ]] || die "no kind CLI: run hack/kind-providers.sh build"
-  "$KIND" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER" || die "no kind cluster $KIND_CLUSTER: run hack/kind.sh up"
+  "$KIND" get clusters 2>/dev/null | grep -x "$KIND_CLUSTER" >/dev/null || die "no kind cluster $KIND_CLUSTER: run hack/kind.sh up"
   local all=("$CAPD_IMAGE") t0=$SECONDS
   while read -r image _; do all+=("$image"); done < <(provider_images)
   "$KIND" load docker-image --name "$KIND_CLUSTER" "${all[@]}"
