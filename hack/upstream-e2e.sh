@@ -13,6 +13,8 @@
 #   md-scale                  MachineDeploymentScaleSpec (1 -> 3 -> 1 workers)
 #   kcp-scale                 QuickStartSpec + ScaleAndWaitControlPlane 1 -> 3 -> 1
 #   machine-pool              MachinePoolSpec (DockerMachinePool 2 -> 3 -> 1 -> 0)
+#   self-hosted               SelfHostedSpec without upgrade (clusterctl init on the workload
+#                             cluster, clusterctl move onto it and back)
 # Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
 # workload containers join it too), CAPD_IMAGE (default docker.io/capd-rs/manager:e2e, rebuilt from
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
@@ -57,6 +59,20 @@ machine_pool_flavor() {
 
 # down: the kind cluster, then workload containers a failed or interrupted spec left on the
 # network (only on a network of hack/kind.sh's own, never the shared `kind` one), then the network.
+# self_hosted_flavor <dir>: cluster-template-self-hosted.yaml in <dir>, the default flavor whose
+# DockerMachineTemplates also mount the host's Docker socket (capd-rs as a Pod on the workload
+# cluster talks to the same engine) and preload DOCKER_PRELOAD_IMAGES (set by the self-hosted spec).
+self_hosted_flavor() {
+  local src="$REPO_ROOT/templates/cluster-template.yaml" anchor='      customImage: ${DOCKER_NODE_IMAGE:=null}'
+  (( $(grep -cxF "$anchor" "$src") == 2 )) || die "$src: expected two DockerMachineTemplates with '$anchor'"
+  awk -v anchor="$anchor" '{ print } $0 == anchor {
+      print "      extraMounts:"
+      print "      - containerPath: /var/run/docker.sock"
+      print "        hostPath: /var/run/docker.sock"
+      print "      preLoadImages: ${DOCKER_PRELOAD_IMAGES:=[]}"
+    }' "$src" > "$1/cluster-template-self-hosted.yaml"
+}
+
 down() {
   "$HACK_DIR/kind.sh" down
   local net=$KIND_EXPERIMENTAL_DOCKER_NETWORK ids
@@ -102,13 +118,14 @@ run() {
   repo=$(dirname "$cfg")
   version=v$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -n1)
   machine_pool_flavor "$repo/infrastructure-docker/$version"
+  self_hosted_flavor "$repo/infrastructure-docker/$version"
   local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
   mkdir -p "$artifacts"
   log "running the upstream e2e specs matching '${filter:-all}'; artifacts: $artifacts"
   local rc=0
   (
     cd "$SUITE_DIR"
-    CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version \
+    CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version CAPD_E2E_IMAGE=$CAPD_IMAGE \
     CAPD_E2E_CERT_MANAGER_URL="$repo/cert-manager/v$CERT_MANAGER_VERSION/cert-manager.yaml" \
     CAPD_E2E_CERT_MANAGER_VERSION="v$CERT_MANAGER_VERSION" \
       "$bin" -test.v -test.timeout 4h -ginkgo.v -ginkgo.label-filter "$filter" \

@@ -8,8 +8,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"k8s.io/apimachinery/pkg/types"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	clusterctlcluster "sigs.k8s.io/cluster-api/cmd/clusterctl/client/cluster"
@@ -164,3 +164,25 @@ func asDockerKinds[V any](m map[string]V) map[string]V {
 	}
 	return out
 }
+
+// Self-hosted: the workload cluster becomes the management cluster (clusterctl init on it, then
+// clusterctl move of the cluster's own objects onto it, and back at the end). Its nodes need the
+// provider images (the spec passes them as DOCKER_PRELOAD_IMAGES, from config.yaml's images) and
+// the host's Docker socket for capd-rs running there: the suite's `self-hosted` flavor is the
+// default one with both (hack/upstream-e2e.sh composes it), and config.yaml sets
+// CAPD_EXTRA_MOUNT_ALLOW_DOCKER_SOCKET. No Kubernetes upgrade (one node image version here).
+var _ = Describe("When testing Cluster API working on self-hosted clusters", Label("self-hosted"), func() {
+	e2e.SelfHostedSpec(ctx, func() e2e.SelfHostedSpecInput {
+		return e2e.SelfHostedSpecInput{
+			E2EConfig:                e2eConfig,
+			ClusterctlConfigPath:     clusterctlConfigPath,
+			BootstrapClusterProxy:    bootstrapClusterProxy,
+			ArtifactFolder:           artifactFolder,
+			SkipCleanup:              skipCleanup,
+			Flavor:                   "self-hosted",
+			SkipUpgrade:              true,
+			ControlPlaneMachineCount: ptr.To[int64](1),
+			WorkerMachineCount:       ptr.To[int64](1),
+		}
+	})
+})

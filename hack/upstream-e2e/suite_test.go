@@ -113,18 +113,13 @@ func initScheme() *runtime.Scheme {
 
 // expandConfig writes a copy of the config with ${CAPD_E2E_*} replaced by the environment's
 // values (paths of the repository hack/kind-providers.sh renders, our version) into the artifacts
-// folder, and returns its path. Relative paths in the config stay relative to the original's folder.
+// folder, and returns its path (the config names no relative paths).
 func expandConfig(path string) string {
 	data, err := os.ReadFile(path) //nolint:gosec // the suite's own config
-	Expect(err).ToNot(HaveOccurred())
-	dir, err := filepath.Abs(filepath.Dir(path))
 	Expect(err).ToNot(HaveOccurred())
 	var missing []string
 	out := regexp.MustCompile(`\$\{(CAPD_E2E_[A-Z0-9_]+)\}`).ReplaceAllStringFunc(string(data), func(m string) string {
 		name := m[2 : len(m)-1]
-		if name == "CAPD_E2E_CONFIG_DIR" {
-			return dir
-		}
 		v, ok := os.LookupEnv(name)
 		if !ok {
 			missing = append(missing, name)
