@@ -96,7 +96,7 @@ build() {
 load() {
   local image
   [[ -x $KIND ]] || die "no kind CLI: run hack/kind-providers.sh build"
-  "$KIND" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER" || die "no kind cluster $KIND_CLUSTER: run hack/kind.sh up"
+  "$KIND" get clusters 2>/dev/null | grep -x "$KIND_CLUSTER" >/dev/null || die "no kind cluster $KIND_CLUSTER: run hack/kind.sh up"
   local all=("$CAPD_IMAGE") t0=$SECONDS
   if [[ -n $CAPD_NEXT_VERSION ]]; then
     docker tag "$CAPD_IMAGE" "$CAPD_NEXT_IMAGE"

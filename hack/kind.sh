@@ -20,7 +20,9 @@ NODE_IMAGE=${NODE_IMAGE:-kindest/node:v$K8S_VERSION}
 export KIND_EXPERIMENTAL_DOCKER_NETWORK=${KIND_EXPERIMENTAL_DOCKER_NETWORK:-kind}
 NETWORK_LABEL="capd-rs.kind/network=$KIND_EXPERIMENTAL_DOCKER_NETWORK"
 
-exists() { "$KIND" get clusters 2>/dev/null | grep -qx "$KIND_CLUSTER"; }
+# grep without -q: -q exits at the first match, and kind, still writing the next name, dies of
+# SIGPIPE, which pipefail turns into "no such cluster" when others are listed after ours.
+exists() { "$KIND" get clusters 2>/dev/null | grep -x "$KIND_CLUSTER" >/dev/null; }
 
 config() {
   cat <<EOF

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Upstream Cluster API's own e2e specs (sigs.k8s.io/cluster-api/test/e2e v$CAPI_VERSION, from the
+# Go module proxy) against capd-rs, on a kind management cluster of hack/kind.sh. The logic is the
+# Go suite in hack/upstream-e2e/ (its README header: suite_test.go; the specs: specs_test.go); this
+# script builds it, brings the cluster up, runs it and tears down what it made.
+#   hack/upstream-e2e.sh [run] [LABEL-FILTER]   default filter: quick-start
+#   hack/upstream-e2e.sh build                  only compile the suite (cached by a hash of its inputs)
+#   hack/upstream-e2e.sh down                   delete the kind cluster and its network
+# Labels (Ginkgo label filter syntax, e.g. 'quick-start || md-scale', or 'all'):
+#   quick-start               QuickStartSpec, default flavor (Docker* kinds, KCP + MachineDeployment),
+#                             with upstream's owner-reference, finalizer and resourceVersion checks
+#   quick-start-clusterclass  QuickStartSpec, flavor development (ClusterClass quick-start, Dev* kinds)
+#   md-scale                  MachineDeploymentScaleSpec (1 -> 3 -> 1 workers)
+#   kcp-scale                 QuickStartSpec + ScaleAndWaitControlPlane 1 -> 3 -> 1
+#   machine-pool              MachinePoolSpec (DockerMachinePool 2 -> 3 -> 1 -> 0)
+#   self-hosted               SelfHostedSpec without upgrade (clusterctl init on the workload
+#                             cluster, clusterctl move onto it and back)
+# Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
+# workload containers join it too), CAPD_IMAGE (default docker.io/capd-rs/manager:e2e, rebuilt from
+# this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
+# ARTIFACTS (default $CACHE_DIR/upstream-e2e/<time>: logs, resource dumps, ginkgo report).
+# Not part of hack/test.sh: a cold build of the suite plus a spec run does not fit its budget.
+source "$(dirname "$0")/lib.sh"
+
+export KIND_CLUSTER=${KIND_CLUSTER:-capd-e2e}
+export KIND_EXPERIMENTAL_DOCKER_NETWORK=${KIND_EXPERIMENTAL_DOCKER_NETWORK:-capd-e2e}
+export CAPD_DOCKER_NETWORK=$KIND_EXPERIMENTAL_DOCKER_NETWORK
+export CAPD_IMAGE=${CAPD_IMAGE:-docker.io/capd-rs/manager:e2e}
+SUITE_DIR="$HACK_DIR/upstream-e2e"
+SUITE_BIN_DIR="$BIN_DIR/upstream-e2e-v$CAPI_VERSION"
+KIND_DIR="$CACHE_DIR/kind/$KIND_CLUSTER"
+
+# build: the suite's test binary, named by a hash of everything it is compiled from.
+build() {
+  local key bin
+  key=$( { cat "$SUITE_DIR"/go.mod "$SUITE_DIR"/go.sum "$SUITE_DIR"/*.go; go version; } | sha256sum | cut -c1-16)
+  bin="$SUITE_BIN_DIR/upstream-e2e-$key.test"
+  if [[ -x $bin ]]; then log "upstream e2e suite cached ($bin)" >&2; echo "$bin"; return; fi
+  log "compiling the upstream e2e suite (sigs.k8s.io/cluster-api/test v$CAPI_VERSION; cold: ~10 min)" >&2
+  mkdir -p "$SUITE_BIN_DIR"
+  local t0=$SECONDS
+  (cd "$SUITE_DIR" && go test -c -tags e2e -o "$bin.tmp" .) >&2
+  mv "$bin.tmp" "$bin"
+  find "$SUITE_BIN_DIR" -name 'upstream-e2e-*.test' ! -path "$bin" -delete
+  log "compiled $bin in $((SECONDS - t0))s" >&2
+  echo "$bin"
+}
+
+# machine_pool_flavor <dir>: cluster-template-machine-pool.yaml in <dir>, the default flavor's
+# control plane (its documents without the md-0 workers) plus data/machine-pool-workers.yaml.
+machine_pool_flavor() {
+  {
+    awk 'BEGIN { RS = "\n---\n"; ORS = "" } !/-md-0"/ { if (n++) print "\n---\n"; print }' \
+      "$REPO_ROOT/templates/cluster-template.yaml"
+    printf '\n---\n'
+    cat "$SUITE_DIR/data/machine-pool-workers.yaml"
+  } > "$1/cluster-template-machine-pool.yaml"
+}
+
+# down: the kind cluster, then workload containers a failed or interrupted spec left on the
+# network (only on a network of hack/kind.sh's own, never the shared `kind` one), then the network.
+# self_hosted_flavor <dir>: cluster-template-self-hosted.yaml in <dir>, the default flavor whose
+# DockerMachineTemplates also mount the host's Docker socket (capd-rs as a Pod on the workload
+# cluster talks to the same engine) and preload DOCKER_PRELOAD_IMAGES (set by the self-hosted spec).
+self_hosted_flavor() {
+  local src="$REPO_ROOT/templates/cluster-template.yaml" anchor='      customImage: ${DOCKER_NODE_IMAGE:=null}'
+  (( $(grep -cxF "$anchor" "$src") == 2 )) || die "$src: expected two DockerMachineTemplates with '$anchor'"
+  awk -v anchor="$anchor" '{ print } $0 == anchor {
+      print "      extraMounts:"
+      print "      - containerPath: /var/run/docker.sock"
+      print "        hostPath: /var/run/docker.sock"
+      print "      preLoadImages: ${DOCKER_PRELOAD_IMAGES:=[]}"
+    }' "$src" > "$1/cluster-template-self-hosted.yaml"
+}
+
+down() {
+  "$HACK_DIR/kind.sh" down
+  local net=$KIND_EXPERIMENTAL_DOCKER_NETWORK ids
+  if [[ $net != kind ]] && docker network ls -q --filter "label=capd-rs.kind/network=$net" | grep -q .; then
+    ids=$(docker ps -aq --filter "network=$net" --filter label=io.x-k8s.kind.cluster)
+    if [[ -n $ids ]]; then
+      log "removing $(wc -w <<<"$ids") leftover workload containers on $net"
+      docker rm -f $ids >/dev/null
+      "$HACK_DIR/kind.sh" down
+    fi
+  fi
+}
+
+summary() {
+  local report=$1
+  [[ -f $report ]] || { log "no report at $report"; return; }
+  python3 - "$report" <<'EOF'
+import json, sys
+suites = json.load(open(sys.argv[1]))
+for s in suites:
+    for r in s.get("SpecReports", []):
+        if r.get("LeafNodeType") != "It" or r.get("State") == "skipped":
+            continue
+        secs = r.get("RunTime", 0) / 1e9
+        name = " ".join(r.get("ContainerHierarchyTexts", []) + [r.get("LeafNodeText", "")])
+        print(f"  {r['State'].upper():7} {secs/60:5.1f} min  {name}")
+        fail = r.get("Failure")
+        if fail:
+            print("          " + fail.get("Message", "").strip().replace("\n", "\n          ")[:2000])
+EOF
+}
+
+run() {
+  local filter=${1:-quick-start} bin t0=$SECONDS
+  [[ $filter == all ]] && filter=''
+  bin=$(build)
+  "$HACK_DIR/kind-providers.sh" build
+  "$HACK_DIR/kind.sh" up
+  if [[ ${KEEP_CLUSTER:-0} != 1 ]]; then trap down EXIT; fi
+  "$HACK_DIR/kind-providers.sh" load
+  local cfg repo version
+  cfg=$("$HACK_DIR/kind-providers.sh" repo)
+  repo=$(dirname "$cfg")
+  version=v$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -n1)
+  machine_pool_flavor "$repo/infrastructure-docker/$version"
+  self_hosted_flavor "$repo/infrastructure-docker/$version"
+  local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
+  mkdir -p "$artifacts"
+  log "running the upstream e2e specs matching '${filter:-all}'; artifacts: $artifacts"
+  local rc=0
+  (
+    cd "$SUITE_DIR"
+    CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version CAPD_E2E_IMAGE=$CAPD_IMAGE \
+    CAPD_E2E_CERT_MANAGER_URL="$repo/cert-manager/v$CERT_MANAGER_VERSION/cert-manager.yaml" \
+    CAPD_E2E_CERT_MANAGER_VERSION="v$CERT_MANAGER_VERSION" \
+      "$bin" -test.v -test.timeout 4h -ginkgo.v -ginkgo.label-filter "$filter" \
+        -ginkgo.json-report "$artifacts/report.json" \
+        -e2e.config "$SUITE_DIR/config.yaml" -e2e.kubeconfig "$KIND_DIR/kubeconfig" \
+        -e2e.artifacts-folder "$artifacts" ${E2E_ARGS:-}
+  ) 2>&1 | tee "$artifacts/run.log" || rc=$?
+  log "summary (${filter:-all}; $(( (SECONDS - t0) / 60 )) min in all; artifacts $artifacts):"
+  summary "$artifacts/report.json"
+  return "$rc"
+}
+
+case ${1:-run} in
+  build) build >/dev/null ;;
+  down) down ;;
+  run) shift || true; run "$@" ;;
+  *) run "$@" ;;
+esac

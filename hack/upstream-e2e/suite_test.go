@@ -1,0 +1,148 @@
+//go:build e2e
+
+// Package upstreame2e runs upstream Cluster API's own e2e specs (the exported spec functions of
+// sigs.k8s.io/cluster-api/test/e2e) against capd-rs, on an existing kind management cluster that
+// hack/upstream-e2e.sh creates (hack/kind.sh) and loads the provider images into
+// (hack/kind-providers.sh load). This file is the suite: it loads config.yaml, lays out a clusterctl
+// repository with the framework's helper, and runs clusterctl init through the framework. The specs
+// are in specs_test.go.
+//
+// Nothing here talks to the Docker Engine: the framework's Docker code needs Engine API >= 1.44, so
+// neither a kind bootstrap cluster nor a container log collector is used (the ClusterProxy has no
+// log collector: the framework then skips machine logs and keeps the resource dumps).
+package upstreame2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"sigs.k8s.io/cluster-api/test/framework"
+	"sigs.k8s.io/cluster-api/test/framework/clusterctl"
+	"sigs.k8s.io/cluster-api/test/framework/ginkgoextensions"
+	infrav1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
+)
+
+var (
+	configPath     string
+	kubeconfigPath string
+	artifactFolder string
+	skipCleanup    bool
+
+	ctx                   = ctrl.SetupSignalHandler()
+	watchesCtx, cancelAll = context.WithCancel(ctx)
+
+	e2eConfig             *clusterctl.E2EConfig
+	clusterctlConfigPath  string
+	bootstrapClusterProxy framework.ClusterProxy
+)
+
+func init() {
+	flag.StringVar(&configPath, "e2e.config", "", "the e2e config (hack/upstream-e2e/config.yaml); ${CAPD_E2E_*} in it are expanded from the environment")
+	flag.StringVar(&kubeconfigPath, "e2e.kubeconfig", "", "kubeconfig of the existing management cluster (hack/kind.sh)")
+	flag.StringVar(&artifactFolder, "e2e.artifacts-folder", "", "where the logs, dumps and the clusterctl repository go")
+	flag.BoolVar(&skipCleanup, "e2e.skip-resource-cleanup", false, "keep the workload clusters and namespaces (debugging)")
+}
+
+func TestE2E(t *testing.T) {
+	g := NewWithT(t)
+	ctrl.SetLogger(klog.Background())
+	g.Expect(artifactFolder).ToNot(BeEmpty(), "-e2e.artifacts-folder is required")
+	g.Expect(os.MkdirAll(artifactFolder, 0o755)).To(Succeed())
+	RegisterFailHandler(Fail)
+	w, err := ginkgoextensions.EnableFileLogging(filepath.Join(artifactFolder, "ginkgo-log.txt"))
+	g.Expect(err).ToNot(HaveOccurred())
+	defer w.Close()
+	RunSpecs(t, "capd-rs-upstream-e2e")
+}
+
+var _ = BeforeSuite(func() {
+	Expect(kubeconfigPath).To(BeAnExistingFile(), "-e2e.kubeconfig must name the management cluster's kubeconfig")
+
+	By("Loading the e2e config " + configPath)
+	expanded := expandConfig(configPath)
+	e2eConfig = clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: expanded})
+	Expect(e2eConfig).ToNot(BeNil())
+
+	By("Creating the clusterctl local repository with the framework")
+	repo := filepath.Join(artifactFolder, "repository")
+	clusterctlConfigPath = clusterctl.CreateRepository(ctx, clusterctl.CreateRepositoryInput{
+		E2EConfig:        e2eConfig,
+		RepositoryFolder: repo,
+	})
+	addCertManager(clusterctlConfigPath)
+
+	By("Using the existing management cluster of " + kubeconfigPath)
+	bootstrapClusterProxy = framework.NewClusterProxy("bootstrap", kubeconfigPath, initScheme())
+	Expect(bootstrapClusterProxy).ToNot(BeNil())
+
+	By("Running clusterctl init through the framework")
+	clusterctl.InitManagementClusterAndWatchControllerLogs(watchesCtx, clusterctl.InitManagementClusterAndWatchControllerLogsInput{
+		ClusterProxy:             bootstrapClusterProxy,
+		ClusterctlConfigPath:     clusterctlConfigPath,
+		InfrastructureProviders:  e2eConfig.InfrastructureProviders(),
+		LogFolder:                filepath.Join(artifactFolder, "clusters", bootstrapClusterProxy.GetName()),
+		DisableMetricsCollection: true,
+	}, e2eConfig.GetIntervals(bootstrapClusterProxy.GetName(), "wait-controllers")...)
+})
+
+var _ = AfterSuite(func() {
+	// The providers' log streams; the kind cluster itself is hack/upstream-e2e.sh's to delete.
+	cancelAll()
+	if bootstrapClusterProxy != nil {
+		bootstrapClusterProxy.Dispose(ctx)
+	}
+})
+
+func initScheme() *runtime.Scheme {
+	sc := runtime.NewScheme()
+	framework.TryAddDefaultSchemes(sc)
+	Expect(infrav1.AddToScheme(sc)).To(Succeed())
+	return sc
+}
+
+// expandConfig writes a copy of the config with ${CAPD_E2E_*} replaced by the environment's
+// values (paths of the repository hack/kind-providers.sh renders, our version) into the artifacts
+// folder, and returns its path (the config names no relative paths).
+func expandConfig(path string) string {
+	data, err := os.ReadFile(path) //nolint:gosec // the suite's own config
+	Expect(err).ToNot(HaveOccurred())
+	var missing []string
+	out := regexp.MustCompile(`\$\{(CAPD_E2E_[A-Z0-9_]+)\}`).ReplaceAllStringFunc(string(data), func(m string) string {
+		name := m[2 : len(m)-1]
+		v, ok := os.LookupEnv(name)
+		if !ok {
+			missing = append(missing, name)
+		}
+		return v
+	})
+	Expect(missing).To(BeEmpty(), "environment variables the config uses")
+	expanded := filepath.Join(artifactFolder, "e2e-config.yaml")
+	Expect(os.WriteFile(expanded, []byte(out), 0o600)).To(Succeed())
+	return expanded
+}
+
+// addCertManager points clusterctl at the locally built cert-manager (its manifest is laid out by
+// hack/kind-providers.sh repo): the framework's clusterctl config has only providers and variables,
+// and clusterctl's default cert-manager comes from GitHub, which is not reachable here.
+func addCertManager(clusterctlConfig string) {
+	url, version := os.Getenv("CAPD_E2E_CERT_MANAGER_URL"), os.Getenv("CAPD_E2E_CERT_MANAGER_VERSION")
+	if url == "" {
+		return
+	}
+	f, err := os.OpenFile(clusterctlConfig, os.O_APPEND|os.O_WRONLY, 0)
+	Expect(err).ToNot(HaveOccurred())
+	defer f.Close()
+	_, err = fmt.Fprintf(f, "cert-manager:\n  url: %q\n  version: %q\n", url, version)
+	Expect(err).ToNot(HaveOccurred())
+}
