@@ -116,7 +116,7 @@ run() {
   local cfg repo version
   cfg=$("$HACK_DIR/kind-providers.sh" repo)
   repo=$(dirname "$cfg")
-  version=v$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -n1)
+  version=$CAPD_VERSION
   machine_pool_flavor "$repo/infrastructure-docker/$version"
   self_hosted_flavor "$repo/infrastructure-docker/$version"
   local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
