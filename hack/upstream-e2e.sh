@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Upstream Cluster API's own e2e specs (sigs.k8s.io/cluster-api/test/e2e v$CAPI_VERSION, from the
 # Go module proxy) against capd-rs, on a kind management cluster of hack/kind.sh. The logic is the
-# Go suite in hack/upstream-e2e/ (its README header: suite_test.go; the specs: specs_test.go); this
+# Go suite in hack/upstream-e2e/ (the suite: suite_test.go; the specs: specs_test.go); this
 # script builds it, brings the cluster up, runs it and tears down what it made.
 #   hack/upstream-e2e.sh [run] [LABEL-FILTER]   default filter: quick-start
 #   hack/upstream-e2e.sh build                  only compile the suite (cached by a hash of its inputs)
