@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Upstream Cluster API's own e2e specs (sigs.k8s.io/cluster-api/test/e2e v$CAPI_VERSION, from the
 # Go module proxy) against capd-rs, on a kind management cluster of hack/kind.sh. The logic is the
-# Go suite in hack/upstream-e2e/ (its README header: suite_test.go; the specs: specs_test.go); this
+# Go suite in hack/upstream-e2e/ (the suite: suite_test.go; the specs: specs_test.go); this
 # script builds it, brings the cluster up, runs it and tears down what it made.
 #   hack/upstream-e2e.sh [run] [LABEL-FILTER]   default filter: quick-start
 #   hack/upstream-e2e.sh build                  only compile the suite (cached by a hash of its inputs)
@@ -18,7 +18,9 @@
 # Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
 # workload containers join it too), CAPD_IMAGE (default docker.io/capd-rs/manager:e2e, rebuilt from
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
-# ARTIFACTS (default $CACHE_DIR/upstream-e2e/<time>: logs, resource dumps, ginkgo report).
+# ARTIFACTS (default $CACHE_DIR/upstream-e2e/<time>, the last 5 kept: logs, resource dumps, the
+# Ginkgo report), E2E_ARGS (more arguments for the suite, e.g. -e2e.skip-resource-cleanup or
+# -ginkgo.focus=REGEXP).
 # Not part of hack/test.sh: a cold build of the suite plus a spec run does not fit its budget.
 source "$(dirname "$0")/lib.sh"
 
@@ -80,6 +82,7 @@ down() {
     ids=$(docker ps -aq --filter "network=$net" --filter label=io.x-k8s.kind.cluster)
     if [[ -n $ids ]]; then
       log "removing $(wc -w <<<"$ids") leftover workload containers on $net"
+      # shellcheck disable=SC2086  # one argument per container id
       docker rm -f $ids >/dev/null
       "$HACK_DIR/kind.sh" down
     fi
@@ -121,8 +124,12 @@ run() {
   self_hosted_flavor "$repo/infrastructure-docker/$version"
   local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
   mkdir -p "$artifacts"
+  if [[ -z ${ARTIFACTS:-} ]]; then  # our own runs' folders only: keep the last 5
+    find "$CACHE_DIR/upstream-e2e" -mindepth 1 -maxdepth 1 -type d -name '2*' | sort | head -n -5 | xargs -r rm -rf
+  fi
   log "running the upstream e2e specs matching '${filter:-all}'; artifacts: $artifacts"
-  local rc=0
+  local rc=0 extra=()
+  read -ra extra <<<"${E2E_ARGS:-}"
   (
     cd "$SUITE_DIR"
     CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version CAPD_E2E_IMAGE=$CAPD_IMAGE \
@@ -131,7 +138,7 @@ run() {
       "$bin" -test.v -test.timeout 4h -ginkgo.v -ginkgo.label-filter "$filter" \
         -ginkgo.json-report "$artifacts/report.json" \
         -e2e.config "$SUITE_DIR/config.yaml" -e2e.kubeconfig "$KIND_DIR/kubeconfig" \
-        -e2e.artifacts-folder "$artifacts" ${E2E_ARGS:-}
+        -e2e.artifacts-folder "$artifacts" "${extra[@]}"
   ) 2>&1 | tee "$artifacts/run.log" || rc=$?
   log "summary (${filter:-all}; $(( (SECONDS - t0) / 60 )) min in all; artifacts $artifacts):"
   summary "$artifacts/report.json"

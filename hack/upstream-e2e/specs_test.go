@@ -21,8 +21,8 @@ import (
 // Flavors are capd-rs' own templates (templates/ of this repository, laid out by
 // hack/kind-providers.sh repo): the default one (DockerCluster, DockerMachineTemplate, KCP and a
 // MachineDeployment), `development` (ClusterClass quick-start on the Dev* kinds), plus the suite's
-// `machine-pool` fixture (data/). Their CNI is applied by the KCP (postKubeadmCommands), so no
-// ClusterResourceSet is involved.
+// `machine-pool` and `self-hosted` flavors, which hack/upstream-e2e.sh composes from the default one.
+// Their CNI is applied by the KCP (postKubeadmCommands), so no ClusterResourceSet is involved.
 
 var _ = Describe("When following the Cluster API quick-start", Label("quick-start"), func() {
 	e2e.QuickStartSpec(ctx, func() e2e.QuickStartSpecInput {
