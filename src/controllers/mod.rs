@@ -454,12 +454,20 @@ where
                         return; // every controller has stopped
                     }
                 }
-                // The watcher retries with backoff by itself.
+                // The watcher retries with backoff by itself. An expired resourceVersion (410,
+                // e.g. right after the CRDs were created, or after a long disconnect) is the
+                // watch protocol asking for a fresh list, not a failure.
+                Err(e) if watch_expired(&e) => debug!(error = %e, "watch expired; listing again"),
                 Err(e) => warn!(error = %e, "watch failed; retrying"),
             }
         }
     });
     streams
+}
+
+/// The API server ended the watch because its resourceVersion is too old (HTTP 410 Gone).
+fn watch_expired(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::WatchError(s) if s.code == 410)
 }
 
 fn log_result<T: std::fmt::Debug, E: std::fmt::Display>(kind: &str, r: std::result::Result<T, E>) {
@@ -572,6 +580,20 @@ mod tests {
             "a real failure keeps the full backoff"
         );
     }
+
+    #[test]
+    fn an_expired_watch_is_told_from_a_failed_one() {
+        let status = |code| {
+            Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            })
+        };
+        assert!(watch_expired(&watcher::Error::WatchError(status(410))));
+        assert!(!watch_expired(&watcher::Error::WatchError(status(500))));
+        assert!(!watch_expired(&watcher::Error::NoResourceVersion));
+    }
+
     use crate::docker::{ContainerEvent, labels};
 
     #[tokio::test]
