@@ -88,6 +88,22 @@ async fn upstream_v1beta1_manifests_apply_unchanged(h: &TestEnvRef, ns: &str) {
             format!("{GROUP}/v1beta1")
         );
     }
+    // The v1beta1 schema checks a template's metadata as the v1beta2 one does.
+    let bad: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("{GROUP}/v1beta1"), "kind": "DockerMachineTemplate",
+        "metadata": {"name": "bad-label-key"},
+        "spec": {"template": {"metadata": {"labels": {"-leading-dash": "x"}}, "spec": {}}},
+    }))
+    .unwrap();
+    let err = api(h, ns, "v1beta1", "DockerMachineTemplate")
+        .create(&PostParams::default(), &bad)
+        .await
+        .expect_err("an invalid label key must be refused");
+    assert!(
+        err.to_string()
+            .contains("label keys must be qualified names"),
+        "{err}"
+    );
 }
 
 async fn written_as_v1beta1_reads_back_identical(h: &TestEnvRef, ns: &str) {

@@ -101,6 +101,10 @@ async fn invalid_values_are_rejected_naming_the_field() {
         "spec.customImage",
         "spec.loadBalancer.imageTag",
         "spec.loadBalancer.imageRepository",
+        // Template metadata, as upstream's template webhooks validate it.
+        "label keys must be qualified names",
+        "spec.template.metadata.labels.pool",
+        "annotation keys must be qualified names",
     ];
     let results = dry_run_all(&client, "default", yaml).await;
     assert_eq!(results.len(), expectations.len());

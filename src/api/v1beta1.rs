@@ -241,8 +241,10 @@ pub struct DockerMachineTemplateResource {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct ObjectMeta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::template_labels")]
     pub labels: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "super::common::template_annotations")]
     pub annotations: Option<BTreeMap<String, String>>,
 }
 
