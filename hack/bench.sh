@@ -9,6 +9,10 @@
 #                              Ready, from the default template (both providers; no floor)
 # Settings (environment):
 #   BENCH_SUBJECTS   any of floor,capd-rs,upstream (default: all three)
+#   BENCH_ROUNDS     rounds per N (default 1); each rotates the subjects' order, and the report
+#                    takes each subject's median round
+#   BENCH_DROP_CACHES  1 (default): sync and drop the kernel's clean caches before each phase,
+#                    so that each starts from the same state (see xtask/src/bench/process.rs)
 #   BENCH_IDLE       seconds of steady state observed with the machines provisioned (default 20)
 #   BENCH_OUT_DIR    where bench.json and bench.png go (default docs/); the Markdown table goes
 #                    to target/bench.md and stdout
@@ -74,12 +78,15 @@ log "building the bench (release)"
 (cd "$REPO_ROOT" && cargo build --release -p xtask >&2)
 
 mkdir -p "$OUT_DIR" "$TARGET_DIR"
-LIGHT=()
+LIGHT=() DROP=()
+[[ ${BENCH_DROP_CACHES:-1} == 1 ]] && DROP=(--drop-caches)
 ((${#NS_LIST[@]})) && LIGHT=(--n "$(IFS=,; echo "${NS_LIST[*]}")")
 "$TARGET_DIR/release/xtask" bench \
   --kubeconfig "$KUBECONFIG_PATH" \
   "${LIGHT[@]}" \
   --subjects "$SUBJECTS" \
+  --rounds "${BENCH_ROUNDS:-1}" \
+  "${DROP[@]}" \
   --capd-rs-manager "$OWN_BIN" \
   --upstream-manager "$CAPD_UPSTREAM_BIN_DIR/manager" \
   --upstream-version "v$CAPD_UPSTREAM_VERSION" \
@@ -92,7 +99,7 @@ LIGHT=()
   --idle-seconds "${BENCH_IDLE:-20}" \
   --manager-image "capd-rs=$OWN_IMAGE" \
   --manager-image "upstream=$UPSTREAM_IMAGE" \
-  --command "hack/bench.sh ${ARGS[*]}" \
+  --command "${BENCH_ROUNDS:+BENCH_ROUNDS=$BENCH_ROUNDS }hack/bench.sh ${ARGS[*]}" \
   "${NODES[@]}" \
   --after-crd-swap "$HACK_DIR/capi.sh restart" \
   --json "$OUT_DIR/bench.json" \

@@ -80,6 +80,12 @@ struct BenchArgs {
     /// Any of capd-rs, upstream, floor.
     #[arg(long, value_delimiter = ',', default_value = "floor,capd-rs,upstream")]
     subjects: Vec<String>,
+    /// Rounds per N; each round rotates the order of the subjects.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    rounds: u16,
+    /// Drop the kernel's clean caches before each phase (needs root).
+    #[arg(long)]
+    drop_caches: bool,
     #[arg(long)]
     capd_rs_manager: PathBuf,
     #[arg(long)]
@@ -186,6 +192,8 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 kubeconfig: a.kubeconfig,
                 ns: a.n,
                 subjects: a.subjects,
+                rounds: a.rounds.into(),
+                drop_caches: a.drop_caches,
                 capd_rs_manager: a.capd_rs_manager,
                 upstream_manager: a.upstream_manager,
                 upstream_version: a.upstream_version,

@@ -2,7 +2,9 @@
 //! same light machines on the same plane and engine, in one run (`hack/bench.sh`).
 //!
 //! For each N, the subjects run one after another (floor, capd-rs, upstream), so that a drift
-//! of the machine during the run touches all three alike. Both managers run as processes with
+//! of the machine during the run touches all three alike; with several rounds, each round
+//! rotates that order, so that every subject also runs after each of the others (what a phase
+//! leaves behind, a hundred volumes being removed, say, is paid for by the next one). Both managers run as processes with
 //! the plane's admin kubeconfig and reach the engine through one counting relay
 //! (`docker_count`); each provider runs with its own CRDs (`crds`), swapped between phases.
 //! A machine counts as provisioned when its provider reports the bootstrap done (both:
@@ -52,6 +54,12 @@ pub struct Config {
     pub kubeconfig: PathBuf,
     pub ns: Vec<usize>,
     pub subjects: Vec<String>,
+    /// Rounds per load; round r runs the subjects in their order rotated by r. The report
+    /// takes each subject's median round.
+    pub rounds: usize,
+    /// Drop the kernel's clean caches before each phase (`process::settle`), so that every
+    /// phase starts from the same state.
+    pub drop_caches: bool,
     pub capd_rs_manager: PathBuf,
     pub upstream_manager: PathBuf,
     pub upstream_version: String,
@@ -163,38 +171,56 @@ impl Bench {
         if self.cfg.nodes.is_some() {
             loads.push(Load::Nodes);
         }
+        let subjects: Vec<&str> = [FLOOR, CAPD_RS, UPSTREAM]
+            .into_iter()
+            .filter(|s| self.cfg.subjects.iter().any(|c| c == s))
+            .collect();
+        let mut previous: Option<String> = None;
         for load in loads {
-            for subject in [FLOOR, CAPD_RS, UPSTREAM] {
-                if !self.cfg.subjects.iter().any(|s| s == subject)
-                    || (subject == FLOOR && matches!(load, Load::Nodes))
-                {
-                    continue;
+            let subjects: Vec<&str> = subjects
+                .iter()
+                .copied()
+                .filter(|s| !(*s == FLOOR && matches!(load, Load::Nodes)))
+                .collect();
+            let rounds = if matches!(load, Load::Nodes) {
+                1
+            } else {
+                self.cfg.rounds.max(1)
+            };
+            for round in 0..rounds {
+                for subject in rotated(&subjects, round) {
+                    // An interrupt ends the phase inside `one`, which still cleans up after itself.
+                    let run = Run {
+                        round,
+                        after: previous.replace(subject.to_string()),
+                        ..self.one(subject, load, round).await?
+                    };
+                    let n = run.n;
+                    say(&format!(
+                        "{subject} {} N={n}: all provisioned in {:.1} s (p50 {:.1}, p95 {:.1}), deleted in {:.1} s, peak RSS {} MiB, {} Docker calls",
+                        run.workload,
+                        run.provision_s,
+                        run.p50_s,
+                        run.p95_s,
+                        run.delete_s,
+                        run.peak_rss_mib.map_or("–".into(), |v| format!("{v:.1}")),
+                        run.docker_calls_total()
+                    ));
+                    report.runs.push(run);
+                    // The partial result survives an interrupted or failed run.
+                    let json = serde_json::to_string_pretty(report)?;
+                    std::fs::write(self.cfg.work_dir.join("partial.json"), json)?;
                 }
-                // An interrupt ends the phase inside `one`, which still cleans up after itself.
-                let run = self.one(subject, load).await?;
-                let n = run.n;
-                say(&format!(
-                    "{subject} {} N={n}: all provisioned in {:.1} s (p50 {:.1}, p95 {:.1}), deleted in {:.1} s, peak RSS {} MiB, {} Docker calls",
-                    run.workload,
-                    run.provision_s,
-                    run.p50_s,
-                    run.p95_s,
-                    run.delete_s,
-                    run.peak_rss_mib.map_or("–".into(), |v| format!("{v:.1}")),
-                    run.docker_calls_total()
-                ));
-                report.runs.push(run);
-                // The partial result survives an interrupted or failed run.
-                let json = serde_json::to_string_pretty(report)?;
-                std::fs::write(self.cfg.work_dir.join("partial.json"), json)?;
             }
         }
         Ok(())
     }
 
-    async fn one(&mut self, subject: &str, load: Load) -> Result<Run> {
+    async fn one(&mut self, subject: &str, load: Load, round: usize) -> Result<Run> {
+        // Each round has its own namespace, containers and log: the namespace of the round
+        // before may still be terminating.
         let id = format!(
-            "bench-{}-{}-{:04}",
+            "bench-{}-{}-r{}-{:04}",
             match subject {
                 CAPD_RS => "rs",
                 UPSTREAM => "up",
@@ -204,6 +230,7 @@ impl Bench {
                 Load::Light(n) => format!("n{n}"),
                 Load::Nodes => NODES.to_string(),
             },
+            round + 1,
             std::process::id() % 10_000
         );
         say(&format!("=== {subject} {load:?}: run {id}"));
@@ -266,7 +293,7 @@ impl Bench {
             .await
             .context("DockerCluster not provisioned")?;
         let uids = w.create_machines(n).await?;
-        quiet().await;
+        quiet(self.cfg.drop_caches).await;
         let before = self.reading(manager).await?;
         let cpu_before = process::host_cpu();
         let condition = "BootstrapCompleted";
@@ -323,7 +350,7 @@ impl Bench {
             nodes::use_upstream_lb_template(&mut docs, &w.ns, &w.cluster);
         }
         let manifest = nodes::Manifest::resolve(&self.client, &docs).await?;
-        quiet().await;
+        quiet(self.cfg.drop_caches).await;
         let before = self.reading(manager).await?;
         let cpu_before = process::host_cpu();
         let start = Instant::now();
@@ -371,7 +398,7 @@ impl Bench {
             (LABEL_KEY, id),
             &network,
         )?;
-        quiet().await;
+        quiet(self.cfg.drop_caches).await;
         let before = self.counter.snapshot();
         let phase = async {
             let cpu_before = process::host_cpu();
@@ -641,6 +668,15 @@ impl Bench {
     }
 }
 
+/// `subjects` rotated left by `round`: round 0 keeps the order.
+fn rotated<'a>(subjects: &[&'a str], round: usize) -> Vec<&'a str> {
+    let mut v = subjects.to_vec();
+    if let Some(k) = round.checked_rem(subjects.len()) {
+        v.rotate_left(k);
+    }
+    v
+}
+
 fn cpu_delta(
     before: &BTreeMap<String, f64>,
     after: &BTreeMap<String, f64>,
@@ -659,8 +695,8 @@ struct Reading {
 }
 
 /// Every measured window starts on a quiet host (see [`process::settle`]).
-async fn quiet() {
-    let busy = process::settle(Duration::from_secs(30)).await;
+async fn quiet(drop_caches: bool) {
+    let busy = process::settle(Duration::from_secs(30), drop_caches).await;
     if busy >= process::QUIET_BUSY {
         say(&format!(
             "WARNING: host still {:.0}% busy after 30 s; measuring anyway",
@@ -707,4 +743,19 @@ async fn host_description(docker: &Docker) -> String {
         .unwrap_or_default();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     format!("{cores} cores, {engine}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_round_rotates_the_order_so_every_subject_follows_each_other() {
+        let s = [FLOOR, CAPD_RS, UPSTREAM];
+        assert_eq!(rotated(&s, 0), [FLOOR, CAPD_RS, UPSTREAM]);
+        assert_eq!(rotated(&s, 1), [CAPD_RS, UPSTREAM, FLOOR]);
+        assert_eq!(rotated(&s, 2), [UPSTREAM, FLOOR, CAPD_RS]);
+        assert_eq!(rotated(&s, 3), s);
+        assert!(rotated(&[], 1).is_empty());
+    }
 }

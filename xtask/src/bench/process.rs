@@ -260,13 +260,19 @@ pub fn free_port() -> Result<u16> {
 }
 
 /// Waits until the previous phase's work has left the host: dirty pages written back (`sync`),
-/// then the whole machine below [`QUIET_BUSY`] for one second, for at most `limit`. Phases run
-/// one after another on one disk: the removal of a hundred `/var` volumes leaves writeback and
-/// journal work that the next phase's container creates (copying the image's `/var`, most of
-/// dockerd's CPU) otherwise pay for. Without it, dockerd's CPU for the same 50 creates ranged
-/// 12–22 s depending on which subject ran after which. Returns the busy fraction last seen.
-pub async fn settle(limit: Duration) -> f64 {
+/// with `drop_caches` the kernel's clean caches dropped, then the whole machine below
+/// [`QUIET_BUSY`] for one second, for at most `limit`. Phases run one after another on one
+/// engine and disk, and what one leaves behind is paid for by the next one's container creates
+/// (copying the image's `/var`, most of dockerd's CPU): measured with the same floor phase run
+/// four times in a row, the first one after a cache drop took 2.7–3.5 dockerd CPU-seconds for 10
+/// machines and each later one 5.8–6.3, whether the host rested 1 s or 45 s in between. Dropping
+/// the caches also frees the memory cgroups of removed containers that their cached pages keep
+/// alive (about a thousand after a session of runs). Returns the busy fraction last seen.
+pub async fn settle(limit: Duration, drop_caches: bool) -> f64 {
     let _ = tokio::process::Command::new("sync").status().await;
+    if drop_caches && let Err(e) = std::fs::write("/proc/sys/vm/drop_caches", "3") {
+        eprintln!("WARNING: cannot drop the kernel's caches ({e}); phases start warm");
+    }
     let deadline = std::time::Instant::now() + limit;
     loop {
         let before = cpu_jiffies();

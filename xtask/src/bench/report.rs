@@ -28,6 +28,12 @@ pub struct Run {
     #[serde(default = "light")]
     pub workload: String,
     pub n: usize,
+    /// Which round of this load (0 when the bench ran one).
+    #[serde(default)]
+    pub round: usize,
+    /// The subject whose phase ran just before this one on the host, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
     /// All N bootstrapped.
     pub provision_s: f64,
     /// Per machine: when it was bootstrapped, median and 95th percentile.
@@ -144,9 +150,21 @@ impl Ratio {
 }
 
 impl Report {
-    /// The light-workload run of `subject` at `n`.
+    /// The light-workload run of `subject` at `n`: of several rounds, the median one by time
+    /// to provision (the lower of the two middle ones for an even count).
     pub fn run(&self, subject: &str, n: usize) -> Option<&Run> {
-        self.light().find(|r| r.subject == subject && r.n == n)
+        let rounds = self.rounds(subject, n);
+        rounds.get(rounds.len().saturating_sub(1) / 2).copied()
+    }
+
+    /// Every round of `subject` at `n`, fastest first.
+    pub fn rounds(&self, subject: &str, n: usize) -> Vec<&Run> {
+        let mut v: Vec<&Run> = self
+            .light()
+            .filter(|r| r.subject == subject && r.n == n)
+            .collect();
+        v.sort_by(|a, b| a.provision_s.total_cmp(&b.provision_s));
+        v
     }
 
     fn light(&self) -> impl Iterator<Item = &Run> {
@@ -322,6 +340,7 @@ impl Report {
                 }
             }
         }
+        s.push_str(&self.rounds_markdown());
         let nodes: Vec<&Run> = [CAPD_RS, UPSTREAM]
             .iter()
             .filter_map(|s| self.nodes_run(s))
@@ -381,7 +400,33 @@ impl Report {
         s
     }
 
-    /// Time to all provisioned against N, one line per subject.
+    /// With several rounds: every round, in the order run, with the phase before it and what
+    /// the engine spent. Empty with one round.
+    fn rounds_markdown(&self) -> String {
+        if !self.light().any(|r| r.round > 0) {
+            return String::new();
+        }
+        let mut s = String::from(
+            "\nEvery round (the tables above show each subject's median round), in the order run:\n\n\
+             | N | round | subject | after | provisioned s | dockerd CPU s | host CPU s |\n\
+             |---:|---:|---|---|---:|---:|---:|\n",
+        );
+        for r in self.light() {
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |\n",
+                r.n,
+                r.round + 1,
+                r.subject,
+                r.after.as_deref().unwrap_or("–"),
+                r.provision_s,
+                r.host_cpu_s.get("dockerd").copied().unwrap_or(0.0),
+                r.host_cpu_s.values().sum::<f64>(),
+            ));
+        }
+        s
+    }
+
+    /// Time to all provisioned against N, one line per subject (its median round).
     pub fn plot(&self, png: &Path, font: &Path) -> Result<(), Box<dyn std::error::Error>> {
         let font_bytes = std::fs::read(font).map_err(|e| format!("{}: {e}", font.display()))?;
         let font_bytes: &'static [u8] = Box::leak(font_bytes.into_boxed_slice());
@@ -407,15 +452,15 @@ impl Report {
             .label_style(("sans-serif", 15))
             .draw()?;
         for (subject, color) in [(CAPD_RS, BLUE), (UPSTREAM, RED), (FLOOR, BLACK)] {
-            let mut pts: Vec<(f64, f64)> = self
-                .light()
-                .filter(|r| r.subject == subject)
+            let pts: Vec<(f64, f64)> = self
+                .ns()
+                .into_iter()
+                .filter_map(|n| self.run(subject, n))
                 .map(|r| (r.n as f64, r.provision_s))
                 .collect();
             if pts.is_empty() {
                 continue;
             }
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
                 .label(subject)
@@ -459,6 +504,40 @@ mod tests {
         assert_eq!(percentile(&v, 95.0), 19.0);
         assert_eq!(percentile(&[3.0], 95.0), 3.0);
         assert_eq!(percentile(&[], 50.0), 0.0);
+    }
+
+    #[test]
+    fn of_several_rounds_the_median_one_counts_and_every_round_is_listed() {
+        let round = |subject: &str, round: usize, provision_s: f64, after: Option<&str>| Run {
+            round,
+            after: after.map(Into::into),
+            ..run(subject, 10, provision_s, None, None)
+        };
+        let report = Report {
+            runs: vec![
+                round(FLOOR, 0, 3.0, None),
+                round(CAPD_RS, 0, 9.0, Some(FLOOR)),
+                round(CAPD_RS, 1, 4.0, Some(FLOOR)),
+                round(FLOOR, 1, 3.4, Some(CAPD_RS)),
+                round(CAPD_RS, 2, 5.0, Some(FLOOR)),
+                round(FLOOR, 2, 3.2, Some(CAPD_RS)),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(report.run(CAPD_RS, 10).unwrap().provision_s, 5.0);
+        assert_eq!(report.run(FLOOR, 10).unwrap().provision_s, 3.2);
+        let vs_floor = report.ratios();
+        assert_eq!(vs_floor[0].what, "provision time vs floor, N=10");
+        assert!((vs_floor[0].value - 5.0 / 3.2).abs() < 1e-9);
+        let md = report.markdown();
+        assert!(md.contains("| 10 | 2 | floor | capd-rs | 3.4 |"), "{md}");
+        assert!(md.contains("| 10 | 1 | floor | – | 3.0 |"), "{md}");
+        // One round: no rounds table.
+        let single = Report {
+            runs: vec![run(FLOOR, 10, 3.0, None, None)],
+            ..Default::default()
+        };
+        assert!(!single.markdown().contains("Every round"));
     }
 
     #[test]
