@@ -91,6 +91,9 @@ async fn cluster_and_machines_lifecycle() {
             format!("127.0.0.1:{stats_port}")
         );
 
+        // Every version of the DockerMachines, as a watch sees them.
+        let versions = versions_of::<DockerMachine>(Api::namespaced(env.client.clone(), &ns));
+
         // A control-plane and a worker machine with bootstrap data.
         env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
             .await;
@@ -158,6 +161,29 @@ async fn cluster_and_machines_lifecycle() {
                     exec(&docker, &container, script).await.1,
                     expected,
                     "{container}: {script}"
+                );
+            }
+        }
+        // The write that makes a machine provisioned already says which generation its
+        // conditions describe: the one our own providerID write produced (not the one before
+        // it, which took a second status write to correct).
+        let provisioned: Vec<DockerMachine> = versions
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|dm| fully_provisioned(dm))
+            .cloned()
+            .collect();
+        assert!(provisioned.len() >= 2, "both machines seen provisioned");
+        for dm in provisioned {
+            for c in dm.status.unwrap().conditions.unwrap() {
+                assert_eq!(
+                    c.observed_generation,
+                    dm.metadata.generation,
+                    "{} {} in the version at rv {:?}",
+                    dm.metadata.name.as_deref().unwrap(),
+                    c.type_,
+                    dm.metadata.resource_version
                 );
             }
         }
@@ -1130,4 +1156,33 @@ async fn contract_edge_cases() {
         assert!(inspect(&docker, &format!("{custom}-lb")).await.is_none(), "no LB from a config we cannot render");
     })
     .await;
+}
+
+/// Every version of the objects of `api` that a watch delivers from now on, collected in the
+/// background until the test ends.
+fn versions_of<K>(api: Api<K>) -> std::sync::Arc<std::sync::Mutex<Vec<K>>>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    tokio::spawn(
+        watcher(api, watcher::Config::default())
+            .applied_objects()
+            .for_each(move |o| {
+                if let Ok(o) = o {
+                    sink.lock().unwrap().push(o);
+                }
+                futures::future::ready(())
+            }),
+    );
+    seen
 }

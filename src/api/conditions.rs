@@ -177,6 +177,21 @@ fn cap_message(message: &str) -> String {
 
 /// Set `desired` in `conditions`. `lastTransitionTime` moves only when the status changes;
 /// returns true if anything changed.
+/// Conditions computed from generation `from` now carry `to`: the object's generation after a
+/// spec write of the reconcile's own that none of them depends on (see
+/// `controllers::patch::Patcher::observed_generation`).
+pub fn restamp(conditions: &mut [Condition], from: Option<i64>, to: Option<i64>) {
+    if from == to {
+        return;
+    }
+    for c in conditions
+        .iter_mut()
+        .filter(|c| c.observed_generation == from)
+    {
+        c.observed_generation = to;
+    }
+}
+
 pub fn set(
     conditions: &mut Vec<Condition>,
     desired: &Desired,
@@ -255,6 +270,18 @@ pub fn summarize_ready(conditions: &[Condition], inputs: &[&'static str]) -> Des
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn restamp_moves_only_conditions_of_the_view_generation() {
+        let mut c = Vec::new();
+        set(&mut c, &Desired::true_("A", "R"), Some(3), Utc::now());
+        set(&mut c, &Desired::true_("B", "R"), Some(2), Utc::now());
+        restamp(&mut c, Some(3), Some(4));
+        let gens: Vec<_> = c.iter().map(|c| c.observed_generation).collect();
+        assert_eq!(gens, [Some(4), Some(2)]);
+        restamp(&mut c, Some(4), Some(4));
+        assert_eq!(c[0].observed_generation, Some(4));
+    }
     use chrono::TimeZone;
 
     fn t(s: i64) -> DateTime<Utc> {

@@ -246,6 +246,7 @@ async fn reconcile_normal(
     };
     let ready = conditions::summarize_ready(conds, &[types::LOAD_BALANCER_AVAILABLE]);
     conditions::set(conds, &ready, generation, now);
+    conditions::restamp(conds, generation, patcher.observed_generation());
     patcher
         .status(dc.status.as_ref(), &status, &ctx.status_versions)
         .await?;

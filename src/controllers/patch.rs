@@ -78,6 +78,10 @@ pub struct Patcher {
     rv: Option<String>,
     /// The resourceVersion of the view the reconcile started from.
     view_rv: Option<String>,
+    /// The generation of the view, and of the object after our writes while every spec change
+    /// since the view was ours (`None` once a write shows one that was not).
+    view_generation: Option<i64>,
+    own_generation: Option<i64>,
 }
 
 fn params() -> PatchParams {
@@ -92,11 +96,23 @@ impl Patcher {
             uid: obj.uid().unwrap_or_default(),
             rv: obj.resource_version(),
             view_rv: obj.resource_version(),
+            view_generation: obj.meta().generation,
+            own_generation: obj.meta().generation,
         }
     }
 
-    fn after_write(&mut self, obj: &DynamicObject) {
+    /// `bumps`: whether the write changes spec, i.e. is expected to raise the generation by one.
+    fn after_write(&mut self, obj: &DynamicObject, bumps: bool) {
         self.rv = obj.resource_version();
+        self.own_generation = own_generation(self.own_generation, obj.metadata.generation, bumps);
+    }
+
+    /// The generation conditions computed from the view may carry at the status write: the
+    /// object's new one when only our own spec writes (e.g. the providerID) raised it, so that
+    /// the status write does not report the view's generation and then need a second write
+    /// once our change comes back through the watch; otherwise the view's.
+    pub fn observed_generation(&self) -> Option<i64> {
+        self.own_generation.or(self.view_generation)
     }
 
     /// Add `finalizer` if absent. A JSON patch whose `test` op guards the list we saw: a
@@ -125,7 +141,7 @@ impl Patcher {
                 &Patch::Json::<()>(serde_json::from_value(ops)?),
             )
             .await?;
-        self.after_write(&patched);
+        self.after_write(&patched, false);
         Ok(true)
     }
 
@@ -147,7 +163,7 @@ impl Patcher {
             .await
         {
             Ok(patched) => {
-                self.after_write(&patched);
+                self.after_write(&patched, false);
                 Ok(())
             }
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
@@ -156,22 +172,25 @@ impl Patcher {
     }
 
     /// Merge-patch part of `spec` (e.g. providerID, controlPlaneEndpoint).
+    /// The caller sends only fields that change: a patch that changes nothing would leave the
+    /// generation where it was, and [`Self::observed_generation`] could not tell ours from
+    /// someone else's change.
     pub async fn spec(&mut self, spec_fields: serde_json::Value) -> Result<()> {
-        self.merge(json!({ "spec": spec_fields })).await
+        self.merge(json!({ "spec": spec_fields }), true).await
     }
 
     /// Merge-patch annotations (a `null` value removes one).
     pub async fn annotations(&mut self, annotations: serde_json::Value) -> Result<()> {
-        self.merge(json!({ "metadata": { "annotations": annotations } }))
+        self.merge(json!({ "metadata": { "annotations": annotations } }), false)
             .await
     }
 
-    async fn merge(&mut self, patch: serde_json::Value) -> Result<()> {
+    async fn merge(&mut self, patch: serde_json::Value, bumps: bool) -> Result<()> {
         let patched = self
             .api
             .patch(&self.name, &params(), &Patch::Merge(&patch))
             .await?;
-        self.after_write(&patched);
+        self.after_write(&patched, bumps);
         Ok(())
     }
 
@@ -210,7 +229,7 @@ impl Patcher {
             .await
         {
             Ok(patched) => {
-                self.after_write(&patched);
+                self.after_write(&patched, false);
                 versions.record(&self.uid, patched.resource_version());
                 Ok(true)
             }
@@ -221,9 +240,41 @@ impl Patcher {
     }
 }
 
+/// The generation after a write, if every change of it since the view was one of ours: each
+/// spec write (`bumps`) raises it by exactly one, any other write leaves it. `None` stays `None`.
+fn own_generation(before: Option<i64>, after: Option<i64>, bumps: bool) -> Option<i64> {
+    let expected = if bumps { before.map(|g| g + 1) } else { before };
+    before.and(after).filter(|a| Some(*a) == expected)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_our_own_spec_writes_move_the_observed_generation() {
+        assert_eq!(
+            own_generation(Some(3), Some(4), true),
+            Some(4),
+            "our spec write"
+        );
+        assert_eq!(
+            own_generation(Some(3), Some(3), false),
+            Some(3),
+            "metadata or status"
+        );
+        assert_eq!(
+            own_generation(Some(3), Some(5), true),
+            None,
+            "someone else changed spec too"
+        );
+        assert_eq!(
+            own_generation(Some(3), Some(4), false),
+            None,
+            "someone else changed spec"
+        );
+        assert_eq!(own_generation(None, Some(4), true), None, "once lost, lost");
+    }
 
     #[test]
     fn status_write_is_skipped_only_for_an_up_to_date_view() {

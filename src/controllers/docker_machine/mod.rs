@@ -207,6 +207,9 @@ async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> 
         ],
     );
     set(&mut status, &ready);
+    if let Some(conds) = status.conditions.as_mut() {
+        conditions::restamp(conds, dm.metadata.generation, patcher.observed_generation());
+    }
     patcher
         .status(dm.status.as_ref(), &status, &ctx.status_versions)
         .await?;

@@ -239,9 +239,11 @@ impl Provisioning<'_> {
         // providerID in spec first: CAPI core needs it together with provisioned=true. (Not the
         // deprecated `bootstrapped`: upstream v1.14 dropped it, nothing reads it, and a DevMachine
         // has no such field at the top of its spec.)
-        self.patcher
-            .spec(json!({ "providerID": provider_id }))
-            .await?;
+        if dm.spec.provider_id.as_deref() != Some(provider_id.as_str()) {
+            self.patcher
+                .spec(json!({ "providerID": provider_id }))
+                .await?;
+        }
         status.initialization = Some(Initialization {
             provisioned: Some(true),
         });

@@ -186,6 +186,7 @@ async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Actio
     if dmp.metadata.deletion_timestamp.is_none() {
         conditions::set(conds, &ready, generation, Utc::now());
     }
+    conditions::restamp(conds, generation, patcher.observed_generation());
     patcher
         .status(dmp.status.as_ref(), &status, &ctx.status_versions)
         .await?;
