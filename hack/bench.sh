@@ -99,7 +99,7 @@ LIGHT=() DROP=()
   --idle-seconds "${BENCH_IDLE:-20}" \
   --manager-image "capd-rs=$OWN_IMAGE" \
   --manager-image "upstream=$UPSTREAM_IMAGE" \
-  --command "${BENCH_ROUNDS:+BENCH_ROUNDS=$BENCH_ROUNDS }hack/bench.sh ${ARGS[*]}" \
+  --command "${BENCH_ROUNDS:+BENCH_ROUNDS=$BENCH_ROUNDS }${BENCH_IDLE:+BENCH_IDLE=$BENCH_IDLE }hack/bench.sh ${ARGS[*]}" \
   "${NODES[@]}" \
   --after-crd-swap "$HACK_DIR/capi.sh restart" \
   --json "$OUT_DIR/bench.json" \
