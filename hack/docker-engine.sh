@@ -146,7 +146,9 @@ else
   fi
   log "starting dockerd in the background (log: $DOCKERD_LOG)"
   # setsid: the daemon must outlive this script and not receive its terminal's signals.
-  setsid dockerd "${DOCKERD_ARGS[@]}" >>"$DOCKERD_LOG" 2>&1 < /dev/null &
+  # 9>&-: fd 9 is the flock of a calling `plane.sh up`; a dockerd holding it would block every
+  # later up and down.
+  setsid dockerd "${DOCKERD_ARGS[@]}" >>"$DOCKERD_LOG" 2>&1 < /dev/null 9>&- &
   echo $! > "$DOCKERD_PID"
 fi
 

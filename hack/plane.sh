@@ -227,8 +227,9 @@ install_crds() {
   sum=$( { echo "$mod $CAPD_WEBHOOK_PORT"; declare -f crd_stream install_crds; cat "$PKI_DIR/ca.crt" \
     "$REPO_ROOT"/config/crd/bases/*.y*ml \
     "$REPO_ROOT"/config/admission/*.y*ml 2>/dev/null || true; } | sha256sum | cut -c1-64)
-  if [[ -f $CRD_STAMP && $(<"$CRD_STAMP") == "$sum" ]] &&
-     kubectl_plane get crd clusters.cluster.x-k8s.io >/dev/null 2>&1; then
+  # The stamp also records each CRD's resourceVersion after the apply: a tool that changed a
+  # CRD behind the plane's back (or an emptied etcd) fails the match and gets a fresh apply.
+  if [[ -f $CRD_STAMP && $(<"$CRD_STAMP") == "$sum $(crd_versions)" ]]; then
     log "CRDs up to date"
     return
   fi
@@ -246,7 +247,13 @@ install_crds() {
     kubectl_plane kustomize "$REPO_ROOT/config/admission" | kubectl_plane apply --server-side \
       --force-conflicts --field-manager=capd-rs-plane -f - >/dev/null
   fi
-  echo "$sum" > "$CRD_STAMP"
+  echo "$sum $(crd_versions)" > "$CRD_STAMP"
+}
+
+# crd_versions: every CRD's name=resourceVersion, on one line (empty when the plane has none).
+crd_versions() {
+  kubectl_plane get crd -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion} {end}' \
+    2>/dev/null || true
 }
 
 # ---- commands -------------------------------------------------------------------------------
@@ -278,7 +285,7 @@ status() {
   fi
   if [[ -x $HACK_DIR/capi.sh ]]; then "$HACK_DIR/capi.sh" status || true; fi
   local n_ctr
-  n_ctr=$(docker ps -aq --filter "label=$PLANE_LABEL_KEY" 2>/dev/null | wc -l)
+  n_ctr=$({ docker ps -aq --filter "label=$PLANE_LABEL_KEY" 2>/dev/null || true; } | wc -l)
   printf '  %-16s %s\n' containers "$n_ctr labelled $PLANE_LABEL_KEY"
   return $rc
 }

@@ -311,8 +311,10 @@ plane_up() { "$KUBECTL" --request-timeout=5s get --raw /readyz >/dev/null 2>&1; 
 
 check_dry_run_components() {
   [[ -s "$WORK/components-processed.yaml" ]] || fail "no processed components (the clusterctl check failed)"
-  # Server-side apply: the CRDs are too large for client-side apply's last-applied annotation.
   # Without the cert-manager objects: the plane has no cert-manager (its CRDs are unknown there).
+  # The CRDs go apart: the plane has them already, converting through a URL where ours name a
+  # service. Only a whole-object replace checks them as written; an apply would merge them into
+  # the plane's copies (and keep a URL another field manager owns beside the service reference).
   "$KUBECTL" annotate --local -f "$WORK/components-processed.yaml" capd-rs.test/unused- -o json \
     | python3 -c '
 import json, sys
@@ -321,12 +323,16 @@ while text[at:].strip():
     obj, end = dec.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
     at = end
     keep += [o for o in obj.get("items", [obj]) if not o["apiVersion"].startswith("cert-manager.io/")]
-json.dump({"apiVersion": "v1", "kind": "List", "items": keep}, sys.stdout)' \
-    > "$WORK/components-dry-run.json"
-  # As the plane's own field manager: its CRDs convert through a URL, and a second manager's
-  # service reference would be merged beside it (the API server wants exactly one of them).
-  "$KUBECTL" apply --server-side --force-conflicts --field-manager=capd-rs-plane --dry-run=server \
-    -f "$WORK/components-dry-run.json" | sed 's/^/    /' \
+for name, pick in (("crds", True), ("rest", False)):
+    items = [o for o in keep if (o["kind"] == "CustomResourceDefinition") == pick]
+    json.dump({"apiVersion": "v1", "kind": "List", "items": items}, open(sys.argv[1] + name + ".json", "w"))' \
+    "$WORK/components-dry-run-"
+  # (plane.sh up installs every CRD of config/crd, so a missing one fails the replace.)
+  "$KUBECTL" replace --dry-run=server -o name -f "$WORK/components-dry-run-crds.json" \
+    | sed 's/^/    /' || fail "kubectl replace --dry-run=server rejected the components' CRDs"
+  # Server-side: as clusterctl applies them, and with no last-applied annotation.
+  "$KUBECTL" apply --server-side --force-conflicts --dry-run=server \
+    -f "$WORK/components-dry-run-rest.json" | sed 's/^/    /' \
     || fail "kubectl apply --dry-run=server rejected the components"
 }
 

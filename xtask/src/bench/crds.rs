@@ -58,19 +58,19 @@ pub fn label_contracts(crds: &mut [CustomResourceDefinition]) {
     }
 }
 
-/// Each CRD as the plane has it configured for conversion: `hack/plane.sh` points ours at the
-/// manager's conversion webhook, which the bases lack. Restoring the bases as they are would
-/// leave the plane converting v1beta1 by strategy None after a bench, so that the next test
-/// run's v1beta1 objects lose what only the webhook converts.
-pub async fn with_live_conversion(
-    client: &Client,
-    crds: &mut [CustomResourceDefinition],
-) -> Result<()> {
+/// Each CRD as the plane has it, where it has it: the bench must leave the plane as it found
+/// it. `hack/plane.sh` points ours at the manager's conversion webhook, which the bases lack:
+/// restored from the bases, the plane would convert v1beta1 by strategy None and the next test
+/// run's v1beta1 objects would lose what only the webhook converts.
+pub async fn as_live(client: &Client, crds: &mut [CustomResourceDefinition]) -> Result<()> {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     for crd in crds {
         let name = crd.metadata.name.clone().context("CRD name")?;
-        if let Some(live) = api.get_opt(&name).await? {
-            crd.spec.conversion = live.spec.conversion;
+        if let Some(mut live) = api.get_opt(&name).await? {
+            live.metadata.resource_version = None;
+            live.metadata.managed_fields = None;
+            live.status = None;
+            *crd = live;
         }
     }
     Ok(())

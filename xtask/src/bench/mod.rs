@@ -123,7 +123,7 @@ pub async fn run(cfg: Config) -> Result<report::Report> {
     let counter =
         DockerCounter::start(cfg.work_dir.join("docker.sock"), cfg.engine_socket.clone())?;
     let mut own = crds::load_dir(&cfg.own_crds)?;
-    crds::with_live_conversion(&client, &mut own).await?;
+    crds::as_live(&client, &mut own).await?;
     let upstream = if cfg.subjects.iter().any(|s| s == UPSTREAM) {
         let mut crds = crds::load_dir(&cfg.upstream_crds)?;
         crds::label_contracts(&mut crds);
