@@ -22,7 +22,7 @@ use super::{
     caches::{self, Caches},
     error::Result,
     kinds::Kinds,
-    patch::StatusVersions,
+    patch::OwnWrites,
     workload::WorkloadClients,
 };
 use crate::{
@@ -83,7 +83,8 @@ pub struct Shared {
     /// Clients for workload clusters (to set Node providerIDs).
     pub workload: WorkloadClients,
     pub lb_locks: LbLocks,
-    pub status_versions: StatusVersions,
+    /// Our last write to each object (see [`OwnWrites`]).
+    pub own_writes: OwnWrites,
     /// Publishes Kubernetes Events (see [`super::events`]).
     pub recorder: Recorder,
 }
@@ -111,7 +112,7 @@ impl Shared {
             backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(120)),
             workload: WorkloadClients::default(),
             lb_locks: LbLocks::default(),
-            status_versions: StatusVersions::default(),
+            own_writes: OwnWrites::default(),
         }
     }
 
@@ -120,7 +121,7 @@ impl Shared {
     pub fn tracked(&self) -> Vec<(String, u64)> {
         [
             ("backoff", self.backoff.len()),
-            ("status_versions", self.status_versions.len()),
+            ("own_writes", self.own_writes.len()),
             ("bootstraps", self.bootstraps.len()),
             ("workload_clients", self.workload.len()),
             ("lb_locks", self.lb_locks.len()),
@@ -133,7 +134,7 @@ impl Shared {
     /// Drop everything kept in memory for an object whose finalizer was just removed.
     pub fn forget(&self, backoff_key: &str, uid: &str) {
         self.backoff.reset(backoff_key);
-        self.status_versions.forget(uid);
+        self.own_writes.forget(uid);
     }
 }
 

@@ -103,7 +103,11 @@ async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Ac
     let kind = ctx.kinds.cluster;
     let plan = decide(kind, &dc, cluster);
 
-    let mut patcher = Patcher::new(Kinds::api(kind, &ctx.client, &ns), dc.as_ref());
+    let mut patcher = Patcher::new(
+        Kinds::api(kind, &ctx.client, &ns),
+        dc.as_ref(),
+        &ctx.own_writes,
+    );
     let mut status = dc.status.clone().unwrap_or_default();
     let set_paused = |status: &mut DockerClusterStatus, why: &[String]| {
         conditions::set(
@@ -137,9 +141,7 @@ async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Ac
             conditions::set(conds, &why, dc.metadata.generation, Utc::now());
             let ready = conditions::summarize_ready(conds, &[types::LOAD_BALANCER_AVAILABLE]);
             conditions::set(conds, &ready, dc.metadata.generation, Utc::now());
-            patcher
-                .status(dc.status.as_ref(), &status, &ctx.status_versions)
-                .await?;
+            patcher.status(dc.status.as_ref(), &status).await?;
             let before = dc.status.as_ref().and_then(|s| s.conditions.as_ref());
             let regarding = Kinds::reference(kind, &dc.metadata);
             events::publish(
@@ -154,9 +156,7 @@ async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Ac
         Plan::Missing(message) => Err(Error::Missing(message)),
         Plan::Paused(why) => {
             set_paused(&mut status, &why);
-            patcher
-                .status(dc.status.as_ref(), &status, &ctx.status_versions)
-                .await?;
+            patcher.status(dc.status.as_ref(), &status).await?;
             Ok(Action::requeue(ctx.settings.resync))
         }
         Plan::Delete { cluster_name } => {
@@ -172,7 +172,7 @@ async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Ac
 }
 
 async fn reconcile_normal(
-    patcher: &mut Patcher,
+    patcher: &mut Patcher<'_>,
     dc: &DockerCluster,
     ctx: &Context,
     cluster: &Cluster,
@@ -247,9 +247,7 @@ async fn reconcile_normal(
     let ready = conditions::summarize_ready(conds, &[types::LOAD_BALANCER_AVAILABLE]);
     conditions::set(conds, &ready, generation, now);
     conditions::restamp(conds, generation, patcher.observed_generation());
-    patcher
-        .status(dc.status.as_ref(), &status, &ctx.status_versions)
-        .await?;
+    patcher.status(dc.status.as_ref(), &status).await?;
     events::publish(
         &ctx.recorder,
         &Kinds::reference(ctx.kinds.cluster, &dc.metadata),
@@ -261,7 +259,7 @@ async fn reconcile_normal(
 }
 
 async fn reconcile_delete(
-    patcher: &mut Patcher,
+    patcher: &mut Patcher<'_>,
     dc: &DockerCluster,
     ctx: &Context,
     cluster_name: &str,
@@ -285,9 +283,7 @@ async fn reconcile_delete(
         dc.metadata.generation,
         now,
     );
-    patcher
-        .status(dc.status.as_ref(), &status, &ctx.status_versions)
-        .await?;
+    patcher.status(dc.status.as_ref(), &status).await?;
 
     let ns = dc.namespace().unwrap_or_default();
     let uid = dc.uid().unwrap_or_default();

@@ -134,7 +134,7 @@ fn pre_load_images(dm: &DockerMachine) -> impl Iterator<Item = &str> {
 
 pub async fn reconcile(
     t: &Target<'_>,
-    patcher: &mut Patcher,
+    patcher: &mut Patcher<'_>,
     ctx: &Context,
     status: &mut DockerMachineStatus,
 ) -> Result<Outcome> {
@@ -304,7 +304,7 @@ async fn current_step(ctx: &Context, container: &str) -> usize {
 /// needs its own bootstrap.
 pub async fn reset(
     dm: &DockerMachine,
-    patcher: &mut Patcher,
+    patcher: &mut Patcher<'_>,
     ctx: &Context,
     status: &mut DockerMachineStatus,
 ) -> Result<()> {
@@ -334,7 +334,7 @@ fn started_at(dm: &DockerMachine) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-async fn set_started_at(patcher: &mut Patcher, at: Option<DateTime<Utc>>) -> Result<()> {
+async fn set_started_at(patcher: &mut Patcher<'_>, at: Option<DateTime<Utc>>) -> Result<()> {
     patcher
         .annotations(json!({ STARTED_AT: at.map(|t| t.to_rfc3339()) }))
         .await

@@ -6,8 +6,10 @@
 //! and changed itself: a concurrent change makes it fail ([`Error::Stale`]) instead of being
 //! overwritten, and the next pass recomputes status from the newer object.
 use std::{
+    cmp::Ordering,
     collections::HashMap,
     sync::{Mutex, PoisonError},
+    time::{Duration, Instant},
 };
 
 use kube::{
@@ -19,27 +21,49 @@ use serde_json::json;
 
 use super::error::{Error, Result};
 
-/// The resourceVersion each object had after our last status write, by UID. A status equal to
-/// the one we computed is skipped only when the view is that very version: an older view (the
-/// watch lags behind our write) may hide a change that still has to be written.
+/// The resourceVersion each object had after our last write to it, by UID, and when we wrote it.
+/// With it a reconcile can tell a cached view that predates our own write (the watch has not
+/// delivered it yet) from one that has it: see [`OwnWrites::lags`] and [`can_skip_status`].
 #[derive(Default)]
-pub struct StatusVersions(Mutex<HashMap<String, String>>);
+pub struct OwnWrites(Mutex<HashMap<String, (String, Instant)>>);
 
-impl StatusVersions {
+/// How long a view may lag behind our own write before we stop waiting for the watch and act
+/// on it anyway. A watch delivers within milliseconds; this bounds the wait should the server's
+/// resourceVersions ever go backwards (an etcd restored from a backup), which would otherwise
+/// make every view look old for good.
+const LAG_LIMIT: Duration = Duration::from_secs(10);
+
+impl OwnWrites {
     fn get(&self, uid: &str) -> Option<String> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(uid)
-            .cloned()
+            .map(|(rv, _)| rv.clone())
     }
 
     fn record(&self, uid: &str, rv: Option<String>) {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match rv {
-            Some(rv) => map.insert(uid.to_string(), rv),
+            Some(rv) => map.insert(uid.to_string(), (rv, Instant::now())),
             None => map.remove(uid),
         };
+    }
+
+    /// Whether `obj`, as the cache has it, is older than our last write to it (within
+    /// [`LAG_LIMIT`] of that write). Such a view holds nothing that our write did not already
+    /// account for, and a status write from it would certainly meet a 409.
+    pub fn lags(&self, obj: &impl Resource) -> bool {
+        let (Some(uid), Some(view)) = (
+            obj.meta().uid.as_deref(),
+            obj.meta().resource_version.as_deref(),
+        ) else {
+            return false;
+        };
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(uid).is_some_and(|(last, at)| {
+            at.elapsed() < LAG_LIMIT && compare_versions(view, last) == Some(Ordering::Less)
+        })
     }
 
     /// Forget a deleted object.
@@ -56,22 +80,41 @@ impl StatusVersions {
     }
 }
 
-/// Whether a status write can be skipped: nothing to change, and the view is at least as new as
-/// our last write (pure; see [`StatusVersions`]).
+/// The order of two resourceVersions of one resource, where both are canonical positive
+/// integers. Kubernetes guarantees that (and that they grow with every write) since 1.35
+/// (KEP-5504, "comparable resource versions"); earlier etcd-backed servers behave the same
+/// without promising it. Anything else is `None`: only equality means something then.
+pub fn compare_versions(a: &str, b: &str) -> Option<Ordering> {
+    let canonical =
+        |v: &str| !v.is_empty() && !v.starts_with('0') && v.bytes().all(|c| c.is_ascii_digit());
+    (canonical(a) && canonical(b)).then(|| a.len().cmp(&b.len()).then_with(|| a.cmp(b)))
+}
+
+/// Whether a status write can be skipped: nothing to change, and the view has our last write
+/// (is that version, or a later one): a view from before it may show a status that has changed
+/// on the server since (pure; see [`OwnWrites`]).
 pub fn can_skip_status<S: PartialEq>(
     current: Option<&S>,
     desired: &S,
     view_rv: Option<&str>,
     last_written_rv: Option<&str>,
 ) -> bool {
-    current == Some(desired) && (last_written_rv.is_none() || last_written_rv == view_rv)
+    let has_last_write = match (view_rv, last_written_rv) {
+        (_, None) => true,
+        (Some(view), Some(last)) => {
+            view == last || compare_versions(view, last) == Some(Ordering::Greater)
+        }
+        (None, Some(_)) => false,
+    };
+    current == Some(desired) && has_last_write
 }
 
 /// Writes to one object during one reconcile. The object is read through its Docker* type (a
 /// Dev* object as its view), and written through `api`: its own resource, at paths both
 /// shapes share.
-pub struct Patcher {
+pub struct Patcher<'a> {
     api: Api<DynamicObject>,
+    writes: &'a OwnWrites,
     name: String,
     uid: String,
     /// The resourceVersion of the object as this reconcile last saw or wrote it.
@@ -88,10 +131,11 @@ fn params() -> PatchParams {
     PatchParams::default()
 }
 
-impl Patcher {
-    pub fn new(api: Api<DynamicObject>, obj: &impl Resource) -> Self {
+impl<'a> Patcher<'a> {
+    pub fn new(api: Api<DynamicObject>, obj: &impl Resource, writes: &'a OwnWrites) -> Self {
         Self {
             api,
+            writes,
             name: obj.name_any(),
             uid: obj.uid().unwrap_or_default(),
             rv: obj.resource_version(),
@@ -104,6 +148,7 @@ impl Patcher {
     /// `bumps`: whether the write changes spec, i.e. is expected to raise the generation by one.
     fn after_write(&mut self, obj: &DynamicObject, bumps: bool) {
         self.rv = obj.resource_version();
+        self.writes.record(&self.uid, self.rv.clone());
         self.own_generation = own_generation(self.own_generation, obj.metadata.generation, bumps);
     }
 
@@ -164,6 +209,8 @@ impl Patcher {
         {
             Ok(patched) => {
                 self.after_write(&patched, false);
+                // Our last finalizer gone, the object may be too: nothing to remember it by.
+                self.writes.forget(&self.uid);
                 Ok(())
             }
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
@@ -196,16 +243,11 @@ impl Patcher {
 
     /// Write the status we own when it differs from the view (see [`can_skip_status`]), as a
     /// merge patch conditional on the resourceVersion this reconcile last saw or wrote.
-    pub async fn status<S>(
-        &mut self,
-        current: Option<&S>,
-        desired: &S,
-        versions: &StatusVersions,
-    ) -> Result<bool>
+    pub async fn status<S>(&mut self, current: Option<&S>, desired: &S) -> Result<bool>
     where
         S: Serialize + PartialEq,
     {
-        let last = versions.get(&self.uid);
+        let last = self.writes.get(&self.uid);
         if can_skip_status(current, desired, self.view_rv.as_deref(), last.as_deref()) {
             return Ok(false);
         }
@@ -230,7 +272,6 @@ impl Patcher {
         {
             Ok(patched) => {
                 self.after_write(&patched, false);
-                versions.record(&self.uid, patched.resource_version());
                 Ok(true)
             }
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
@@ -277,6 +318,49 @@ mod tests {
     }
 
     #[test]
+    fn resource_versions_compare_only_as_canonical_integers() {
+        assert_eq!(
+            compare_versions("9", "10"),
+            Some(Ordering::Less),
+            "by value, not text"
+        );
+        assert_eq!(compare_versions("123", "122"), Some(Ordering::Greater));
+        assert_eq!(compare_versions("42", "42"), Some(Ordering::Equal));
+        for odd in ["", "0", "010", "12a", "-5", " 7"] {
+            assert_eq!(compare_versions(odd, "5"), None, "{odd:?}");
+            assert_eq!(compare_versions("5", odd), None, "{odd:?}");
+        }
+    }
+
+    #[test]
+    fn a_view_lags_only_behind_a_recent_own_write() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let view = |rv: &str| {
+            let mut o = ConfigMap::default();
+            o.metadata.uid = Some("u".into());
+            o.metadata.resource_version = Some(rv.into());
+            o
+        };
+        let writes = OwnWrites::default();
+        assert!(!writes.lags(&view("5")), "nothing written");
+        writes.record("u", Some("10".into()));
+        assert!(
+            writes.lags(&view("9")),
+            "the watch has not delivered our write"
+        );
+        assert!(!writes.lags(&view("10")), "our write");
+        assert!(!writes.lags(&view("11")), "a later write");
+        assert!(!writes.lags(&view("x9")), "versions that do not compare");
+        writes.0.lock().unwrap().get_mut("u").unwrap().1 -= LAG_LIMIT;
+        assert!(
+            !writes.lags(&view("9")),
+            "waited long enough: act on what the cache has"
+        );
+        writes.forget("u");
+        assert!(writes.is_empty());
+    }
+
+    #[test]
     fn status_write_is_skipped_only_for_an_up_to_date_view() {
         let (a, b) = (Some(1), 1);
         assert!(
@@ -290,6 +374,14 @@ mod tests {
         assert!(
             !can_skip_status(a.as_ref(), &b, Some("4"), Some("5")),
             "the view predates our last write: what it shows may be outdated on the server"
+        );
+        assert!(
+            can_skip_status(a.as_ref(), &b, Some("6"), Some("5")),
+            "a later view has our write"
+        );
+        assert!(
+            !can_skip_status(a.as_ref(), &b, Some("b"), Some("a")),
+            "versions that do not compare: only our own write's version is known to have it"
         );
         assert!(
             !can_skip_status(a.as_ref(), &2, Some("5"), Some("5")),

@@ -23,7 +23,7 @@ pub(super) async fn reconcile(
     owners: &Owners,
     cluster_name: Option<&str>,
     ctx: &Context,
-    patcher: &mut Patcher,
+    patcher: &mut Patcher<'_>,
     mut status: DockerMachineStatus,
 ) -> Result<Action> {
     let uid = dm.uid().unwrap_or_default();
@@ -44,9 +44,7 @@ pub(super) async fn reconcile(
             now,
         );
     }
-    patcher
-        .status(dm.status.as_ref(), &status, &ctx.status_versions)
-        .await?;
+    patcher.status(dm.status.as_ref(), &status).await?;
 
     let ns = dm.namespace().unwrap_or_default();
     let Some(cluster) = cluster_name else {
@@ -103,7 +101,7 @@ pub(super) async fn reconcile(
 pub(super) async fn orphan(
     dm: &DockerMachine,
     ctx: &Context,
-    patcher: &mut Patcher,
+    patcher: &mut Patcher<'_>,
 ) -> Result<Action> {
     let uid = dm.uid().unwrap_or_default();
     ctx.bootstraps.cancel(&uid);
@@ -111,7 +109,7 @@ pub(super) async fn orphan(
     let_go(dm, ctx, patcher).await
 }
 
-async fn let_go(dm: &DockerMachine, ctx: &Context, patcher: &mut Patcher) -> Result<Action> {
+async fn let_go(dm: &DockerMachine, ctx: &Context, patcher: &mut Patcher<'_>) -> Result<Action> {
     patcher.remove_finalizer(dm, FINALIZER).await?;
     ctx.forget(
         &crate::controllers::key(ctx.kinds.machine, dm),

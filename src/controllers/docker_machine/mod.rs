@@ -104,7 +104,7 @@ fn pool_instance(machine: &capi::Machine, pool: &capi::MachinePool) -> capi::Mac
 async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> Result<Action> {
     let kind = ctx.kinds.machine;
     let api = Kinds::api(kind, &ctx.client, &dm.namespace().unwrap_or_default());
-    let mut patcher = Patcher::new(api, dm);
+    let mut patcher = Patcher::new(api, dm, &ctx.own_writes);
     let mut status = dm.status.clone().unwrap_or_default();
     let set = |status: &mut DockerMachineStatus, d: &Desired| {
         conditions::set(
@@ -135,9 +135,7 @@ async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> 
         Plan::Missing(message) => return Err(Error::Missing(message)),
         Plan::Paused(why) => {
             set(&mut status, &conditions::paused(&why));
-            patcher
-                .status(dm.status.as_ref(), &status, &ctx.status_versions)
-                .await?;
+            patcher.status(dm.status.as_ref(), &status).await?;
             return Ok(Action::await_change());
         }
         Plan::Delete { cluster_name } => {
@@ -210,9 +208,7 @@ async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> 
     if let Some(conds) = status.conditions.as_mut() {
         conditions::restamp(conds, dm.metadata.generation, patcher.observed_generation());
     }
-    patcher
-        .status(dm.status.as_ref(), &status, &ctx.status_versions)
-        .await?;
+    patcher.status(dm.status.as_ref(), &status).await?;
     events::publish(
         &ctx.recorder,
         &Kinds::reference(kind, &dm.metadata),

@@ -165,16 +165,16 @@ pub(super) async fn refresh(
 }
 
 /// A machine that is not provisioned yet, with bootstrap data.
-pub(super) struct Provisioning<'a> {
+pub(super) struct Provisioning<'a, 'w> {
     pub bound: &'a Bound,
     pub dm: &'a DockerMachine,
     pub owners: &'a Owners,
     pub ctx: &'a Context,
-    pub patcher: &'a mut Patcher,
+    pub patcher: &'a mut Patcher<'w>,
     pub secret_name: &'a str,
 }
 
-impl Provisioning<'_> {
+impl Provisioning<'_, '_> {
     pub async fn run(&mut self, status: &mut DockerMachineStatus) -> Result<Action> {
         let (b, dm, ctx) = (self.bound, self.dm, self.ctx);
         let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());

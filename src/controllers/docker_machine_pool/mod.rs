@@ -109,7 +109,11 @@ async fn fetch(dmp: &DockerMachinePool, ctx: &Context) -> Result<Fetched> {
 
 async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Action> {
     let ns = dmp.namespace().unwrap_or_default();
-    let mut patcher = Patcher::new(Kinds::api(ctx.kinds.pool, &ctx.client, &ns), dmp);
+    let mut patcher = Patcher::new(
+        Kinds::api(ctx.kinds.pool, &ctx.client, &ns),
+        dmp,
+        &ctx.own_writes,
+    );
     let mut status = dmp.status.clone().unwrap_or_default();
     let generation = dmp.metadata.generation;
     let set = |status: &mut DockerMachinePoolStatus, d: &Desired| {
@@ -127,18 +131,18 @@ async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Actio
             info!("waiting for the MachinePool controller to set the owner reference");
             return Ok(Action::requeue(ctx.settings.resync));
         }
-        Plan::DeleteOrphan => {
+        Plan::DeleteOrphan | Plan::Released => {
             patcher.remove_finalizer(dmp, FINALIZER).await?;
+            ctx.forget(
+                &super::key(ctx.kinds.pool, dmp),
+                &dmp.uid().unwrap_or_default(),
+            );
             return Ok(Action::await_change());
         }
         Plan::Missing(message) => return Err(super::error::Error::Missing(message)),
         Plan::Paused(why) => {
             set(&mut status, &conditions::paused(&why));
             Action::requeue(ctx.settings.resync)
-        }
-        Plan::Released => {
-            patcher.remove_finalizer(dmp, FINALIZER).await?;
-            return Ok(Action::await_change());
         }
         Plan::Delete(machines) => {
             set(&mut status, &not_paused);
@@ -187,9 +191,7 @@ async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Actio
         conditions::set(conds, &ready, generation, Utc::now());
     }
     conditions::restamp(conds, generation, patcher.observed_generation());
-    patcher
-        .status(dmp.status.as_ref(), &status, &ctx.status_versions)
-        .await?;
+    patcher.status(dmp.status.as_ref(), &status).await?;
     Ok(action)
 }
 
@@ -265,7 +267,7 @@ async fn remove(machines: &[String], ns: &str, ctx: &Context) -> Result<()> {
 }
 
 /// The contract's spec fields: the pool's own providerID and its instances' (sorted).
-async fn write_spec(patcher: &mut Patcher, dmp: &DockerMachinePool, s: &Scale) -> Result<()> {
+async fn write_spec(patcher: &mut Patcher<'_>, dmp: &DockerMachinePool, s: &Scale) -> Result<()> {
     let provider_id = format!("docker:////{}-dmp-{}", s.cluster_name, dmp.name_any());
     if dmp.spec.provider_id.as_deref() != Some(provider_id.as_str())
         || dmp.spec.provider_id_list.as_deref().unwrap_or_default() != s.provider_ids.as_slice()
