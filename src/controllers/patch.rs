@@ -209,8 +209,6 @@ impl<'a> Patcher<'a> {
         {
             Ok(patched) => {
                 self.after_write(&patched, false);
-                // Our last finalizer gone, the object may be too: nothing to remember it by.
-                self.writes.forget(&self.uid);
                 Ok(())
             }
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
