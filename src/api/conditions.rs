@@ -65,6 +65,8 @@ pub mod reasons {
     pub const BOOTSTRAP_DATA_NOT_FOUND: &str = "BootstrapDataNotFound";
     /// Ours: the spec cannot be acted on (e.g. no version and no customImage).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The workload cluster's kubeconfig Secret asks for more than inline data or another server.
+    pub const WORKLOAD_KUBECONFIG_REFUSED: &str = "WorkloadKubeconfigRefused";
     /// A Dev* object asks for a backend other than docker (upstream's in-memory test backend).
     pub const BACKEND_NOT_SERVED: &str = "BackendNotServed";
     // DockerMachinePool (CAPI's MachineSet/MachinePool words).

@@ -33,6 +33,24 @@ use crate::{
 const CONFLICT_RETRY: Duration = Duration::from_secs(60);
 /// How often a machine whose Node cannot be updated yet looks again (upstream's pace).
 const NODE_RETRY: Duration = Duration::from_secs(5);
+/// How often a machine whose workload kubeconfig Secret was refused reads it again.
+const KUBECONFIG_RETRY: Duration = Duration::from_secs(60);
+
+/// The DockerCluster's control-plane endpoint, where the workload client must connect.
+fn workload_endpoint(owners: &Owners) -> Option<workload::Endpoint> {
+    let e = owners
+        .docker_cluster
+        .as_ref()?
+        .spec
+        .control_plane_endpoint
+        .as_ref()?;
+    let host = e.host.as_deref().filter(|h| !h.is_empty())?;
+    let port = u16::try_from(e.port?).ok().filter(|p| *p != 0)?;
+    Some(workload::Endpoint {
+        host: host.to_string(),
+        port,
+    })
+}
 
 fn set(status: &mut DockerMachineStatus, dm: &DockerMachine, d: Desired) {
     conditions::set(
@@ -299,9 +317,14 @@ impl Provisioning<'_, '_> {
             debug!(%container, "waiting for the control plane to be initialized before updating the Node");
             return Ok(Some(Action::requeue(NODE_RETRY)));
         }
+        // The workload client talks to the cluster's own endpoint and nowhere else.
+        let Some(endpoint) = workload_endpoint(self.owners) else {
+            debug!(%container, "waiting for the cluster's control-plane endpoint before updating the Node");
+            return Ok(Some(Action::requeue(NODE_RETRY)));
+        };
         let outcome = match ctx
             .workload
-            .client(&ctx.client, &b.namespace, &b.cluster_name)
+            .client(&ctx.client, &b.namespace, &b.cluster_name, &endpoint)
             .await
         {
             Ok(client) => workload::set_provider_id(&client, container, provider_id).await,
@@ -314,6 +337,14 @@ impl Provisioning<'_, '_> {
                 }
                 Ok(None)
             }
+            // Not a passing state: the Secret must change. Said in a condition, looked at slowly
+            // (a Secret change wakes nothing here).
+            Err(e @ workload::WorkloadError::KubeconfigRefused(..)) => Err(Error::blocked(
+                types::CONTAINER_PROVISIONED,
+                reasons::WORKLOAD_KUBECONFIG_REFUSED,
+                format!("Cannot set the Node's providerID: {e}"),
+                KUBECONFIG_RETRY,
+            )),
             Err(e) => {
                 info!(%container, error = %e, "cannot set the Node's providerID yet");
                 Ok(Some(Action::requeue(NODE_RETRY)))

@@ -3,22 +3,26 @@
 //! CAPI core sets `Machine.status.nodeRef` by matching `Node.spec.providerID` with the Machine's;
 //! a kind-style node's kubelet has no cloud provider to set it, so the infrastructure provider
 //! does (as upstream CAPD). The client comes from the `<cluster>-kubeconfig` Secret that the
-//! control-plane provider writes; its server is the cluster's control-plane endpoint, i.e. our
-//! load balancer. Clients are kept per cluster, rebuilt when the Secret changes, and dropped when
-//! the DockerCluster goes.
+//! control-plane provider writes, read as inline data only and pinned to the DockerCluster's
+//! control-plane endpoint, i.e. our load balancer ([`kubeconfig`] says why). Clients are kept per
+//! cluster, rebuilt when the Secret or the endpoint changes, and dropped when the DockerCluster
+//! goes.
 use std::{
     collections::HashMap,
     sync::Mutex,
     time::{Duration, Instant},
 };
 
+pub mod kubeconfig;
+
 use k8s_openapi::api::core::v1::{Node, Secret, Taint};
 use kube::{
-    Api, Client, Config, ResourceExt,
+    Api, Client, ResourceExt,
     api::{Patch, PatchParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
 use serde_json::json;
+
+pub use kubeconfig::{Endpoint, Refused};
 
 /// The taint a kubelet started with an external cloud provider carries until one initialises it.
 pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
@@ -30,8 +34,11 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 pub enum WorkloadError {
     #[error("kubeconfig Secret {0} not found")]
     KubeconfigMissing(String),
-    #[error("kubeconfig Secret {0} is unusable: {1}")]
-    KubeconfigInvalid(String, String),
+    /// The Secret asks for more than inline data, or for another server: it is not used.
+    #[error("kubeconfig Secret {0} is not used: {1}")]
+    KubeconfigRefused(String, Refused),
+    #[error("kubeconfig Secret {0}: cannot build a client: {1}")]
+    Client(String, String),
     #[error("Node {0} is not registered in the workload cluster yet")]
     NodeMissing(String),
     #[error("workload cluster API: {0}")]
@@ -39,8 +46,9 @@ pub enum WorkloadError {
 }
 
 struct Cached {
-    /// The Secret's resourceVersion the client was built from.
+    /// The Secret's resourceVersion and the endpoint the client was built for.
     version: String,
+    endpoint: Endpoint,
     client: Client,
     used: Instant,
 }
@@ -52,13 +60,15 @@ pub struct WorkloadClients {
 }
 
 impl WorkloadClients {
-    /// A client for the workload cluster `namespace/cluster`, from its kubeconfig Secret (read
-    /// through `mgmt`); cached until the Secret's resourceVersion changes.
+    /// A client for the workload cluster `namespace/cluster` at `endpoint` (its control-plane
+    /// endpoint), from its kubeconfig Secret (read through `mgmt`); cached until the Secret's
+    /// resourceVersion or the endpoint changes.
     pub async fn client(
         &self,
         mgmt: &Client,
         namespace: &str,
         cluster: &str,
+        endpoint: &Endpoint,
     ) -> Result<Client, WorkloadError> {
         let name = format!("{cluster}-kubeconfig");
         let id = format!("{namespace}/{name}");
@@ -69,17 +79,28 @@ impl WorkloadClients {
             .ok_or_else(|| WorkloadError::KubeconfigMissing(id.clone()))?;
         let version = secret.resource_version().unwrap_or_default();
         let key = format!("{namespace}/{cluster}");
-        if let Some(c) = self.lock().get_mut(&key).filter(|c| c.version == version) {
+        if let Some(c) = self
+            .lock()
+            .get_mut(&key)
+            .filter(|c| c.version == version && &c.endpoint == endpoint)
+        {
             c.used = Instant::now();
             return Ok(c.client.clone());
         }
-        let client = client_from_secret(&secret)
-            .await
-            .map_err(|e| WorkloadError::KubeconfigInvalid(id, e))?;
+        let value = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .map(|v| v.0.as_slice());
+        let config = kubeconfig::config(value, endpoint)
+            .map_err(|e| WorkloadError::KubeconfigRefused(id.clone(), e))?;
+        let client = Client::try_from(kubeconfig::with_timeouts(config, TIMEOUT))
+            .map_err(|e| WorkloadError::Client(id, error_kind(&e)))?;
         self.lock().insert(
             key,
             Cached {
                 version,
+                endpoint: endpoint.clone(),
                 client: client.clone(),
                 used: Instant::now(),
             },
@@ -106,27 +127,7 @@ impl WorkloadClients {
     }
 }
 
-/// A client from the Secret's `value` key (CAPI's kubeconfig Secret format). Errors name what is
-/// wrong, never the content.
-async fn client_from_secret(secret: &Secret) -> Result<Client, String> {
-    let raw = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get("value"))
-        .ok_or("no key \"value\"")?;
-    let text = std::str::from_utf8(&raw.0).map_err(|_| "the value is not UTF-8".to_string())?;
-    let kubeconfig =
-        Kubeconfig::from_yaml(text).map_err(|_| "the value is not a kubeconfig".to_string())?;
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| format!("cannot build a client configuration: {}", error_kind(&e)))?;
-    config.connect_timeout = Some(TIMEOUT);
-    config.read_timeout = Some(TIMEOUT);
-    config.write_timeout = Some(TIMEOUT);
-    Client::try_from(config).map_err(|e| format!("cannot build a client: {}", error_kind(&e)))
-}
-
-/// The variant of a kubeconfig error without its payload (it may quote the file).
+/// The variant of a client error without its payload (it may quote key material).
 fn error_kind(e: &dyn std::error::Error) -> String {
     let text = format!("{e:?}");
     text.split(['(', ' ', '{'])
@@ -234,26 +235,5 @@ mod tests {
         let taints = p["spec"]["taints"].as_array().unwrap();
         assert_eq!(taints.len(), 1);
         assert_eq!(taints[0]["key"], "node-role.kubernetes.io/control-plane");
-    }
-
-    #[tokio::test]
-    async fn a_kubeconfig_secret_without_value_is_named_not_quoted() {
-        let s = Secret::default();
-        assert_eq!(
-            client_from_secret(&s).await.err().unwrap(),
-            "no key \"value\""
-        );
-        let s = Secret {
-            data: Some(
-                [(
-                    "value".to_string(),
-                    k8s_openapi::ByteString(b"token: s3cr3t-not-a-kubeconfig: [".to_vec()),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        };
-        let e = client_from_secret(&s).await.err().unwrap();
-        assert!(!e.contains("s3cr3t"), "{e}");
     }
 }
