@@ -274,7 +274,10 @@ mod tests {
         let delays: Vec<u64> = (1..=8).map(|n| restart_delay(n).as_secs()).collect();
         assert_eq!(delays, [0, 10, 20, 40, 80, 160, 300, 300]);
         // Died 2 s after the first start: the second waits 10 s, counted from the first.
-        let s1 = Streak { starts: 1, last: t0 };
+        let s1 = Streak {
+            starts: 1,
+            last: t0,
+        };
         let quick = Some(Duration::from_secs(2));
         assert_eq!(
             decide_restart(Some(s1), quick, t0 + Duration::from_secs(2)),
@@ -288,7 +291,10 @@ mod tests {
             RestartDecision::Start { starts: 2 }
         );
         // Without the engine's times there is no evidence of a stable run either.
-        let s3 = Streak { starts: 3, last: t0 };
+        let s3 = Streak {
+            starts: 3,
+            last: t0,
+        };
         assert!(matches!(
             decide_restart(Some(s3), None, t0 + Duration::from_secs(39)),
             RestartDecision::Wait { starts: 3, .. }
@@ -312,7 +318,10 @@ mod tests {
             if let RestartDecision::Start { starts: n } =
                 decide_restart(streak, Some(Duration::from_millis(50)), now)
             {
-                streak = Some(Streak { starts: n, last: now });
+                streak = Some(Streak {
+                    starts: n,
+                    last: now,
+                });
                 starts += 1;
             }
         }
@@ -323,7 +332,10 @@ mod tests {
     fn restarts_remember_per_key_and_forget_after_a_stable_run() {
         let r = Restarts::default();
         assert_eq!(r.decide("a", None), RestartDecision::Start { starts: 1 });
-        assert!(matches!(r.decide("a", None), RestartDecision::Wait { starts: 1, .. }));
+        assert!(matches!(
+            r.decide("a", None),
+            RestartDecision::Wait { starts: 1, .. }
+        ));
         assert_eq!(r.decide("b", None), RestartDecision::Start { starts: 1 });
         assert_eq!(r.starts("a"), 1);
         r.running_for("a", Some(Duration::from_secs(5)));

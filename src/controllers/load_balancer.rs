@@ -473,7 +473,9 @@ async fn check_config(ctx: &Context, lb_name: &str, config: &str, custom: bool) 
         .exec(lb_name, &argv(&["haproxy", "-c", "-f", CHECK_PATH]), None)
         .await;
     // Best effort: a leftover file is harmless (the next check overwrites it).
-    let _ = rt.exec(lb_name, &argv(&["rm", "-f", CHECK_PATH]), None).await;
+    let _ = rt
+        .exec(lb_name, &argv(&["rm", "-f", CHECK_PATH]), None)
+        .await;
     let check = check?;
     match check_verdict(check.exit_code) {
         Verdict::Valid => Ok(()),
@@ -611,7 +613,11 @@ mod tests {
     fn haproxy_check_results_are_short_and_name_the_error() {
         assert_eq!(check_verdict(0), Verdict::Valid);
         assert_eq!(check_verdict(1), Verdict::Rejected);
-        assert_eq!(check_verdict(127), Verdict::Unchecked, "no haproxy in the image");
+        assert_eq!(
+            check_verdict(127),
+            Verdict::Unchecked,
+            "no haproxy in the image"
+        );
         let out = format!(
             "[NOTICE]   (7) : haproxy version is 2.6.12\n\
              [ALERT]    (7) : config : parsing [{CHECK_PATH}:3] : unknown keyword 'bogus' in 'frontend' section\n\
@@ -620,12 +626,21 @@ mod tests {
              [ALERT]    (7) : config : one too many\n"
         );
         let m = haproxy_errors(&out);
-        assert!(m.starts_with("[ALERT]    (7) : config : parsing [haproxy.cfg:3] : unknown keyword 'bogus'"), "{m}");
+        assert!(
+            m.starts_with(
+                "[ALERT]    (7) : config : parsing [haproxy.cfg:3] : unknown keyword 'bogus'"
+            ),
+            "{m}"
+        );
         assert_eq!(m.matches("[ALERT]").count(), 3, "at most three lines: {m}");
         assert!(!m.contains("NOTICE") && !m.contains(CHECK_PATH), "{m}");
         let long = "x".repeat(10_000);
         assert!(haproxy_errors(&long).chars().count() <= 241);
-        assert_eq!(haproxy_errors("a\nb\nc\nd\n"), "b; c; d", "no ALERT: the last lines");
+        assert_eq!(
+            haproxy_errors("a\nb\nc\nd\n"),
+            "b; c; d",
+            "no ALERT: the last lines"
+        );
         assert_eq!(haproxy_errors(""), "haproxy -c failed without output");
     }
 }

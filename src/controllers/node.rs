@@ -64,7 +64,10 @@ pub fn retry_after_stop(reported: Option<&str>, now: &str) -> bool {
 /// What a stop during bootstrap is recorded against: the DockerMachine's generation and the
 /// bootstrap data Secret's name.
 pub fn bootstrap_inputs(generation: Option<i64>, secret: &str) -> String {
-    format!("generation={};secret={secret}", generation.unwrap_or_default())
+    format!(
+        "generation={};secret={secret}",
+        generation.unwrap_or_default()
+    )
 }
 
 /// The condition message of a node that stopped while its bootstrap ran.
@@ -210,12 +213,27 @@ mod tests {
             "nothing ran in a container that never started"
         );
         let m = stopped_during_bootstrap_message("c-m", &c);
-        assert!(m.contains("exit code 0") && m.contains("stopped while its bootstrap"), "{m}");
+        assert!(
+            m.contains("exit code 0") && m.contains("stopped while its bootstrap"),
+            "{m}"
+        );
         // Tried again only once the inputs change.
         let before = bootstrap_inputs(Some(1), "boot");
-        assert!(!retry_after_stop(Some(&before), &bootstrap_inputs(Some(1), "boot")));
-        assert!(!retry_after_stop(None, &before), "nothing recorded: nothing to retry");
-        assert!(retry_after_stop(Some(&before), &bootstrap_inputs(Some(2), "boot")));
-        assert!(retry_after_stop(Some(&before), &bootstrap_inputs(Some(1), "boot-2")));
+        assert!(!retry_after_stop(
+            Some(&before),
+            &bootstrap_inputs(Some(1), "boot")
+        ));
+        assert!(
+            !retry_after_stop(None, &before),
+            "nothing recorded: nothing to retry"
+        );
+        assert!(retry_after_stop(
+            Some(&before),
+            &bootstrap_inputs(Some(2), "boot")
+        ));
+        assert!(retry_after_stop(
+            Some(&before),
+            &bootstrap_inputs(Some(1), "boot-2")
+        ));
     }
 }

@@ -398,7 +398,8 @@ impl Provisioning<'_, '_> {
                 if changed {
                     info!(%container, %provider_id, "Node providerID set in the workload cluster");
                 }
-                ctx.waits.reset(&crate::controllers::key(ctx.kinds.machine, self.dm));
+                ctx.waits
+                    .reset(&crate::controllers::key(ctx.kinds.machine, self.dm));
                 Ok(None)
             }
             Err(e) => {

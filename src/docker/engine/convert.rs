@@ -191,8 +191,14 @@ pub(super) fn info_from_inspect(r: ContainerInspectResponse) -> ContainerInfo {
         ipv6: endpoint.and_then(|e| non_empty(e.global_ipv6_address.clone())),
         host_ports: host_ports_from_map(settings.and_then(|s| s.ports.as_ref())),
         exit_code: r.state.as_ref().and_then(|s| s.exit_code),
-        started_at: r.state.as_ref().and_then(|s| engine_time(s.started_at.as_deref())),
-        finished_at: r.state.as_ref().and_then(|s| engine_time(s.finished_at.as_deref())),
+        started_at: r
+            .state
+            .as_ref()
+            .and_then(|s| engine_time(s.started_at.as_deref())),
+        finished_at: r
+            .state
+            .as_ref()
+            .and_then(|s| engine_time(s.finished_at.as_deref())),
     }
 }
 
