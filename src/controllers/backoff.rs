@@ -345,4 +345,19 @@ mod tests {
         r.forget("b");
         assert!(r.is_empty());
     }
+
+    #[test]
+    fn a_restarting_container_says_how_often_how_it_ended_and_when_next() {
+        let m = restarting_message("c-w0", Some(137), 3, Some(Duration::from_millis(39_500)));
+        assert_eq!(
+            m,
+            "Container c-w0 keeps stopping (last exit code 137); started again 3 time(s) \
+             without staying up for 60s; next start in 39s"
+        );
+        let m = restarting_message("c-lb", None, 1, None);
+        assert!(
+            m.contains("last exit code unknown") && !m.contains("next start"),
+            "{m}"
+        );
+    }
 }
