@@ -1186,3 +1186,287 @@ where
     );
     seen
 }
+
+/// Seconds since the epoch (what `docker events --since/--until` take).
+fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// How many `action` events (`create`, `start`) the engine reported for the container named
+/// `name` between `since` and `until` (seconds since the epoch; `until` in the past).
+fn container_events(name: &str, action: &str, since: i64, until: i64) -> usize {
+    docker_lines(&[
+        "events",
+        "--since",
+        &since.to_string(),
+        "--until",
+        &until.to_string(),
+        "--filter",
+        &format!("container={name}"),
+        "--filter",
+        &format!("event={action}"),
+        "--format",
+        "{{.Action}}",
+    ])
+    .len()
+}
+
+/// Whether a Warning Event with `reason` was published about the object named `name`.
+async fn warned(env: &TestEnvRef, ns: &str, name: &str, reason: &str) -> Option<()> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.client.clone(), ns);
+    let list = events.list(&Default::default()).await.ok()?.items;
+    list.iter()
+        .any(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+                && e.type_.as_deref() == Some("Warning")
+        })
+        .then_some(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_that_stops_its_node_is_reported_and_not_recreated() {
+    let mut env = TestEnv::new("stopb").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        env.provisioned_cluster(&ns, &name).await;
+        let seen = versions_of(Api::<DockerMachine>::namespaced(env.client.clone(), &ns));
+        // What `poweroff` does to a node container: its PID 1 ends (the light image's exits 0
+        // on SIGTERM), and the container with it.
+        let poweroff = "#cloud-config\nruncmd:\n- echo going down\n- kill -TERM 1\n- sleep 30\n";
+        env.create_secret(&ns, "poweroff", Some(poweroff), None)
+            .await;
+        let since = unix_now();
+        env.create_machine(&ns, &name, "m", false, Some("poweroff"), node_spec())
+            .await;
+        let node = format!("{name}-m");
+        let dm = eventually(LONG, "m: NodeStoppedDuringBootstrap", || async {
+            env.docker_machine(&ns, "m")
+                .await
+                .filter(|dm| dm.has_reason("BootstrapCompleted", "NodeStoppedDuringBootstrap"))
+        })
+        .await;
+        let c = dm.cond("BootstrapCompleted").unwrap();
+        assert_eq!(c.status, ConditionStatus::False);
+        assert!(
+            c.message
+                .contains("stopped while its bootstrap commands ran"),
+            "{}",
+            c.message
+        );
+        assert!(c.message.contains("exit code 0"), "{}", c.message);
+        assert!(!dm.cond_true("Ready"));
+        assert!(dm.spec.provider_id.is_none());
+        eventually(LONG, "a Warning Event", || {
+            warned(&env, &ns, "m", "NodeStoppedDuringBootstrap")
+        })
+        .await;
+        // Within a minute of the machine's creation its container was created once (a loop
+        // recreated it every 10-15 s).
+        let until = since + 60;
+        let left = until - unix_now();
+        if left > 0 {
+            tokio::time::sleep(Duration::from_secs(left as u64 + 1)).await;
+        }
+        let creates = container_events(&node, "create", since, until);
+        assert!(
+            (1..=2).contains(&creates),
+            "{creates} containers created for m in 60 s"
+        );
+        assert!(
+            inspect(&docker().await, &node)
+                .await
+                .is_some_and(|c| !c.is_alive()),
+            "the stopped container is kept as it is (its logs tell what happened)"
+        );
+        // No pass said that a bootstrap in the container it had just made was started by an
+        // earlier manager process.
+        for version in seen.lock().unwrap().iter() {
+            for c in version.conditions().into_iter().flatten() {
+                assert!(
+                    !c.message.contains("earlier manager process"),
+                    "{}: {}",
+                    c.type_,
+                    c.message
+                );
+            }
+        }
+        // New bootstrap data on the Machine: tried again, in a new container.
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
+            .await;
+        env.set_machine_secret(&ns, "m", "boot").await;
+        eventually(LONG, "m provisioned from the new data", || async {
+            env.docker_machine(&ns, "m").await.filter(fully_provisioned)
+        })
+        .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioned_node_that_keeps_dying_is_restarted_on_a_backoff_and_reported() {
+    let mut env = TestEnv::new("crash").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        env.provisioned_cluster(&ns, &name).await;
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
+            .await;
+        env.create_machine(&ns, &name, "w0", false, Some("boot"), node_spec())
+            .await;
+        eventually(LONG, "w0 provisioned", || async {
+            env.docker_machine(&ns, "w0")
+                .await
+                .filter(fully_provisioned)
+        })
+        .await;
+        let node = format!("{name}-w0");
+        // For a minute, the node's main process dies as soon as it runs (a PID 1 that fails on
+        // start): each `die` event wakes the machine's reconcile at once.
+        let since = unix_now();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut kills = 0;
+        while std::time::Instant::now() < deadline {
+            if inspect(&docker, &node)
+                .await
+                .is_some_and(|c| c.is_running())
+            {
+                let _ = std::process::Command::new("docker")
+                    .args(["kill", &node])
+                    .output();
+                kills += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let starts = container_events(&node, "start", since, unix_now());
+        // The schedule starts it at 0, 10 and 30 s; the engine's own on-failure retry may add
+        // one after each. A start per die event gave dozens.
+        assert!(
+            (2..=8).contains(&starts),
+            "{starts} starts in 60 s ({kills} kills)"
+        );
+        let dm = eventually(
+            Duration::from_secs(30),
+            "w0: ContainerRestarting",
+            || async {
+                env.docker_machine(&ns, "w0")
+                    .await
+                    .filter(|dm| dm.has_reason("ContainerProvisioned", "ContainerRestarting"))
+            },
+        )
+        .await;
+        let c = dm.cond("ContainerProvisioned").unwrap();
+        assert!(c.message.contains("last exit code 137"), "{}", c.message);
+        assert!(
+            c.message.contains("time(s)") && c.message.contains("next start in"),
+            "{}",
+            c.message
+        );
+        assert!(!dm.cond_true("Ready"));
+        eventually(LONG, "a Warning Event", || {
+            warned(&env, &ns, "w0", "ContainerRestarting")
+        })
+        .await;
+        // Left alone, it is started again at the next step of the schedule and is Ready again.
+        eventually(Duration::from_secs(120), "w0 Ready again", || async {
+            env.docker_machine(&ns, "w0")
+                .await
+                .filter(|dm| dm.cond_true("Ready") && dm.cond_true("ContainerProvisioned"))
+        })
+        .await;
+        assert!(inspect(&docker, &node).await.unwrap().is_running());
+    })
+    .await;
+}
+
+const VALID_HAPROXY_CFG: &str = "# capd-rs test: custom and valid
+global
+  maxconn 1000
+defaults
+  mode tcp
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend control-plane
+  bind *:6443
+  default_backend kube-apiservers
+backend kube-apiservers
+  server none 127.0.0.1:1
+frontend stats
+  mode http
+  bind *:8404
+  stats enable
+  stats uri /stats
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_custom_haproxy_config_is_refused_and_the_lb_keeps_serving() {
+    let mut env = TestEnv::new("hacfg").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        let lb = format!("{name}-lb");
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+        let cm = |value: &str| {
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lbcfg"}, "data": {"value": value}})).unwrap()
+        };
+        cms.create(&Default::default(), &cm(VALID_HAPROXY_CFG)).await.unwrap();
+        let cluster = env.create_cluster(&ns, &name, false).await;
+        let lb_ref = json!({"spec": {"loadBalancer": {"customHAProxyConfigTemplateRef": {"name": "lbcfg"}}}});
+        env.create_docker_cluster(&ns, &cluster, lb_ref).await;
+        eventually(LONG, "DockerCluster provisioned with the custom config", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| cluster_provisioned(dc.status.as_ref()))
+        })
+        .await;
+        assert!(haproxy_cfg(&lb).await.contains("custom and valid"));
+
+        // A config haproxy rejects: refused with haproxy's own words; the running one stays.
+        let invalid = VALID_HAPROXY_CFG.replace("custom and valid", "custom, invalid").replace("  default_backend", "  bogus-directive 1\n  default_backend");
+        cms.replace("lbcfg", &Default::default(), &{
+            let mut c: k8s_openapi::api::core::v1::ConfigMap = cm(&invalid);
+            c.metadata.resource_version = cms.get("lbcfg").await.unwrap().metadata.resource_version;
+            c
+        })
+        .await
+        .unwrap();
+        let dcs: Api<DockerCluster> = Api::namespaced(env.client.clone(), &ns);
+        let touch = json!({"metadata": {"annotations": {"capd-rs.test/touch": "invalid"}}});
+        dcs.patch(&name, &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
+        let dc = eventually(LONG, "LoadBalancerAvailable=False InvalidHAProxyConfig", || async {
+            env.docker_cluster(&ns, &name)
+                .await
+                .filter(|dc| dc.has_reason("LoadBalancerAvailable", "InvalidHAProxyConfig"))
+        })
+        .await;
+        let c = dc.cond("LoadBalancerAvailable").unwrap();
+        assert_eq!(c.status, ConditionStatus::False);
+        assert!(c.message.contains("bogus-directive"), "haproxy's error line: {}", c.message);
+        assert!(c.message.len() < 1200, "short: {}", c.message);
+        let cfg = haproxy_cfg(&lb).await;
+        assert!(cfg.contains("custom and valid") && !cfg.contains("bogus"), "the running config is kept: {cfg}");
+
+        // Restarted, the LB starts from the config it kept, and stays up: no restart loop.
+        let since = unix_now();
+        docker_cli(&["restart", "-t", "1", &lb]);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        let restarted = inspect(&docker, &lb).await.unwrap();
+        assert!(restarted.is_running(), "haproxy runs after a restart");
+        let starts = container_events(&lb, "start", since, unix_now());
+        assert!(starts <= 2, "{starts} LB starts in 20 s");
+        let stats = reqwest::get(format!("http://127.0.0.1:{}/stats", restarted.host_ports["8404/tcp"])).await.unwrap();
+        assert_eq!(stats.status(), 200, "the LB serves");
+        // Refused once, not retried in a loop.
+        let before = env.reconciles_of(&name);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let during = env.reconciles_of(&name) - before;
+        assert!(during <= 3, "{during} reconciles of the DockerCluster in 10 s while refused");
+        assert!(env.docker_cluster(&ns, &name).await.unwrap().has_reason("LoadBalancerAvailable", "InvalidHAProxyConfig"));
+    })
+    .await;
+}

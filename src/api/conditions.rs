@@ -60,6 +60,15 @@ pub mod reasons {
     pub const BOOTSTRAP_FAILED: &str = "BootstrapFailed";
     /// Ours: bootstrap exceeded its timeout.
     pub const BOOTSTRAP_TIMED_OUT: &str = "BootstrapTimedOut";
+    /// Ours: the node container stopped while its bootstrap commands ran (`poweroff`, `reboot`,
+    /// a command that kills PID 1); terminal until the DockerMachine's spec or the Machine's
+    /// bootstrap data Secret changes.
+    pub const NODE_STOPPED_DURING_BOOTSTRAP: &str = "NodeStoppedDuringBootstrap";
+    /// Ours: a provisioned node container (or the load balancer) keeps stopping; it is started
+    /// again with a growing delay.
+    pub const CONTAINER_RESTARTING: &str = "ContainerRestarting";
+    /// Ours: haproxy rejects the custom haproxy.cfg (`haproxy -c`); the running config is kept.
+    pub const INVALID_HAPROXY_CONFIG: &str = "InvalidHAProxyConfig";
     /// Ours: the bootstrap Secret is missing, lacks `value`, or holds data we cannot use.
     pub const BOOTSTRAP_DATA_INVALID: &str = "BootstrapDataInvalid";
     pub const BOOTSTRAP_DATA_NOT_FOUND: &str = "BootstrapDataNotFound";

@@ -17,7 +17,7 @@ use kube::{
 };
 
 use super::{
-    backoff::Backoff,
+    backoff::{Backoff, Restarts},
     bootstrap_tasks::BootstrapTasks,
     caches::{self, Caches},
     error::Result,
@@ -79,6 +79,12 @@ pub struct Shared {
     /// Cluster, Machine and MachinePool as the watches last saw them.
     pub caches: Caches,
     pub backoff: Backoff,
+    /// Per object: waits on a condition that persists though the reconcile itself succeeds (a
+    /// load balancer without an address, a Node not there yet, a pool not scaled yet). Unlike
+    /// [`Self::backoff`], a successful pass does not reset it: only the wait ending does.
+    pub waits: Backoff,
+    /// Per object: starts of a container that keeps stopping (see [`Restarts`]).
+    pub restarts: Restarts,
     pub bootstraps: BootstrapTasks,
     /// Clients for workload clusters (to set Node providerIDs).
     pub workload: WorkloadClients,
@@ -110,6 +116,8 @@ impl Shared {
             metrics,
             caches,
             backoff: Backoff::new(Duration::from_secs(2), Duration::from_secs(120)),
+            waits: Backoff::new(Duration::from_secs(2), Duration::from_secs(300)),
+            restarts: Restarts::default(),
             workload: WorkloadClients::default(),
             lb_locks: LbLocks::default(),
             own_writes: OwnWrites::default(),
@@ -121,6 +129,8 @@ impl Shared {
     pub fn tracked(&self) -> Vec<(String, u64)> {
         [
             ("backoff", self.backoff.len()),
+            ("waits", self.waits.len()),
+            ("restarts", self.restarts.len()),
             ("own_writes", self.own_writes.len()),
             ("bootstraps", self.bootstraps.len()),
             ("workload_clients", self.workload.len()),
@@ -134,6 +144,8 @@ impl Shared {
     /// Drop everything kept in memory for an object whose finalizer was just removed.
     pub fn forget(&self, backoff_key: &str, uid: &str) {
         self.backoff.reset(backoff_key);
+        self.waits.reset(backoff_key);
+        self.restarts.forget(backoff_key);
         self.own_writes.forget(uid);
     }
 }

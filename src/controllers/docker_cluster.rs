@@ -3,7 +3,7 @@
 //!
 //! fetch (the owner Cluster, from the cache) -> decide ([`decide`], pure) -> act (the load
 //! balancer) -> status (one guarded merge patch, only when it changed).
-use std::{sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use chrono::Utc;
 use kube::{ResourceExt, runtime::controller::Action};
@@ -184,12 +184,14 @@ async fn reconcile_normal(
     status.failure_domains = dc.spec.failure_domains.clone();
 
     let uid = dc.uid().unwrap_or_default();
+    let key = super::key(ctx.kinds.cluster, dc);
     let outcome =
         load_balancer::ensure(ctx, dc, &owner(ctx, dc, &cluster_name, &ns, &uid), cluster).await;
     let conds = status.conditions.get_or_insert_with(Vec::new);
     let now = Utc::now();
     let (action, result) = match outcome {
         Ok(load_balancer::Ensured::Ready { ip, frontend_port }) => {
+            ctx.waits.reset(&key);
             // The endpoint is set once; CAPI core copies it when provisioned turns true, so it
             // must be in spec before status says so.
             let endpoint = dc.spec.control_plane_endpoint.clone().unwrap_or_default();
@@ -214,18 +216,21 @@ async fn reconcile_normal(
             status.ready = Some(true);
             (Action::requeue(ctx.settings.resync), Ok(()))
         }
-        Ok(load_balancer::Ensured::Waiting(message)) => {
+        Ok(load_balancer::Ensured::Waiting {
+            reason,
+            message,
+            retry,
+        }) => {
             conditions::set(
                 conds,
-                &Desired::false_(
-                    types::LOAD_BALANCER_AVAILABLE,
-                    reasons::NOT_AVAILABLE,
-                    message,
-                ),
+                &Desired::false_(types::LOAD_BALANCER_AVAILABLE, reason, message),
                 generation,
                 now,
             );
-            (Action::requeue(Duration::from_secs(2)), Ok(()))
+            // A wait that lasts backs off (2 s, doubling, at most 5 min): the pass succeeds, so
+            // the failure backoff would start over every time.
+            let retry = retry.unwrap_or_else(|| ctx.waits.next_delay(&key));
+            (Action::requeue(retry), Ok(()))
         }
         Err(e) => {
             if e.fixed_retry().is_some() {

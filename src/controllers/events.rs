@@ -9,9 +9,12 @@ use tracing::debug;
 use crate::api::conditions::{Condition, ConditionStatus, reasons};
 
 /// Reasons that need a person's attention.
-const WARNINGS: [&str; 9] = [
+const WARNINGS: [&str; 12] = [
     reasons::BOOTSTRAP_FAILED,
     reasons::BOOTSTRAP_TIMED_OUT,
+    reasons::NODE_STOPPED_DURING_BOOTSTRAP,
+    reasons::CONTAINER_RESTARTING,
+    reasons::INVALID_HAPROXY_CONFIG,
     reasons::BOOTSTRAP_DATA_INVALID,
     reasons::BOOTSTRAP_DATA_NOT_FOUND,
     reasons::NAME_CONFLICT,

@@ -9,6 +9,7 @@ use kube::{Api, ResourceExt};
 use tracing::{debug, info, warn};
 
 use super::{
+    backoff::{RestartDecision, restart_delay, restarting_message},
     context::Context,
     error::{Error, Result},
 };
@@ -130,8 +131,23 @@ pub enum Ensured {
         ip: String,
         frontend_port: u16,
     },
-    /// Transient: e.g. the container has no address yet.
-    Waiting(String),
+    /// Not yet: the container has no address yet, is being created, or keeps stopping.
+    Waiting {
+        reason: &'static str,
+        message: String,
+        /// When to look again; `None`: the caller backs off.
+        retry: Option<std::time::Duration>,
+    },
+}
+
+impl Ensured {
+    fn waiting(message: String) -> Self {
+        Ensured::Waiting {
+            reason: reasons::NOT_AVAILABLE,
+            message,
+            retry: None,
+        }
+    }
 }
 
 /// The cluster's LB container, created (or adopted) and running, with its backends in sync.
@@ -201,7 +217,7 @@ pub async fn ensure(
                 Ok(c) => c,
                 // Lost a race with ourselves (another worker or a restart): look again next pass.
                 Err(RuntimeError::Conflict(_)) => {
-                    return Ok(Ensured::Waiting(format!(
+                    return Ok(Ensured::waiting(format!(
                         "container {name} is being created"
                     )));
                 }
@@ -210,20 +226,44 @@ pub async fn ensure(
         }
     };
 
+    // A stopped LB is started again, on the restart backoff's schedule whatever woke this pass
+    // (an LB whose haproxy cannot start would otherwise be started at engine speed).
+    let key = crate::controllers::key(ctx.kinds.cluster, dc);
     let container = if container.is_running() {
         container
     } else {
-        info!(container = %name, state = ?container.state, "load balancer is not running; starting it");
-        rt.start(&name).await?;
-        rt.inspect(&name).await?.unwrap_or(container)
+        let restarting = |c: &ContainerInfo, starts, wait| Ensured::Waiting {
+            reason: reasons::CONTAINER_RESTARTING,
+            message: restarting_message(&name, c.exit_code, starts, Some(wait)),
+            retry: Some(wait),
+        };
+        match ctx.restarts.decide(&key, container.ran_for()) {
+            RestartDecision::Wait { wait, starts } => {
+                return Ok(restarting(&container, starts, wait));
+            }
+            RestartDecision::Start { starts } => {
+                info!(container = %name, state = ?container.state, exit_code = ?container.exit_code,
+                    starts, "load balancer is not running; starting it");
+                rt.start(&name).await?;
+                let after = rt.inspect(&name).await?.unwrap_or(container);
+                if !after.is_running() {
+                    return Ok(restarting(&after, starts, restart_delay(starts + 1)));
+                }
+                after
+            }
+        }
     };
+    let up = container
+        .started_at
+        .and_then(|t| (chrono::Utc::now() - t).to_std().ok());
+    ctx.restarts.running_for(&key, up);
     let ip = if ip_family == IpFamily::V6 {
         container.ipv6.clone()
     } else {
         container.ipv4.clone()
     };
     let Some(ip) = ip.filter(|i| !i.is_empty()) else {
-        return Ok(Ensured::Waiting(format!(
+        return Ok(Ensured::waiting(format!(
             "container {name} has no IP address yet"
         )));
     };
@@ -345,6 +385,9 @@ pub async fn sync_backends(
         debug!(container = %lb_name, "haproxy.cfg unchanged");
         return Ok(SyncOutcome::Unchanged);
     }
+    // haproxy keeps its old config when a reload fails, but cannot start at all from a bad one
+    // after the next restart: a config it rejects is never written.
+    check_config(ctx, &lb_name, &config, target.custom_config.is_some()).await?;
     write_config(ctx, &lb_name, &config).await?;
     rt.kill(&lb_name, "SIGHUP").await?;
     info!(container = %lb_name, backends, "haproxy.cfg updated and reloaded");
@@ -402,6 +445,120 @@ async fn write_config(ctx: &Context, lb_name: &str, config: &str) -> Result<()> 
     Ok(())
 }
 
+/// Where a new haproxy.cfg is checked before it replaces the running one.
+const CHECK_PATH: &str = "/usr/local/etc/haproxy/haproxy.cfg.capd-check";
+/// How long a config haproxy rejected waits before it is checked again (a change of the
+/// DockerCluster is seen at once; ConfigMaps are not watched).
+const INVALID_CONFIG_RETRY: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Run `haproxy -c` on `config` inside the LB container (its image has the haproxy that will
+/// run it). A config it rejects is a [`Error::Blocked`] naming haproxy's error lines. An image
+/// without a haproxy on its PATH (or without a shell) cannot check: the config is applied as
+/// before.
+async fn check_config(ctx: &Context, lb_name: &str, config: &str, custom: bool) -> Result<()> {
+    let rt = &ctx.runtime;
+    let script = "mkdir -p \"$(dirname \"$0\")\" && cat > \"$0\"";
+    let write = rt
+        .exec(
+            lb_name,
+            &argv(&["/bin/sh", "-c", script, CHECK_PATH]),
+            Some(config.as_bytes()),
+        )
+        .await?;
+    if !write.success() {
+        warn!(container = %lb_name, "cannot stage haproxy.cfg for a check; applying it unchecked");
+        return Ok(());
+    }
+    let check = rt
+        .exec(lb_name, &argv(&["haproxy", "-c", "-f", CHECK_PATH]), None)
+        .await;
+    // Best effort: a leftover file is harmless (the next check overwrites it).
+    let _ = rt
+        .exec(lb_name, &argv(&["rm", "-f", CHECK_PATH]), None)
+        .await;
+    let check = check?;
+    match check_verdict(check.exit_code) {
+        Verdict::Valid => Ok(()),
+        Verdict::Unchecked => {
+            warn!(container = %lb_name, exit_code = check.exit_code, "haproxy -c cannot run in the load balancer image; applying haproxy.cfg unchecked");
+            Ok(())
+        }
+        Verdict::Rejected => {
+            let out = format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&check.stdout),
+                String::from_utf8_lossy(&check.stderr)
+            );
+            let which = if custom {
+                "the custom haproxy.cfg (customHAProxyConfigTemplateRef)"
+            } else {
+                "the generated haproxy.cfg"
+            };
+            Err(Error::blocked(
+                types::LOAD_BALANCER_AVAILABLE,
+                reasons::INVALID_HAPROXY_CONFIG,
+                format!(
+                    "haproxy rejects {which}; the running config is kept: {}",
+                    haproxy_errors(&out)
+                ),
+                INVALID_CONFIG_RETRY,
+            ))
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    Valid,
+    Rejected,
+    /// The check itself could not run (126: not executable, 127: not found).
+    Unchecked,
+}
+
+fn check_verdict(exit_code: i64) -> Verdict {
+    match exit_code {
+        0 => Verdict::Valid,
+        126 | 127 => Verdict::Unchecked,
+        _ => Verdict::Rejected,
+    }
+}
+
+/// haproxy's error lines from `haproxy -c` output, short: its ALERT lines (else the last lines),
+/// at most three, each at most 240 characters, the staging path named as haproxy.cfg.
+fn haproxy_errors(output: &str) -> String {
+    const LINES: usize = 3;
+    const WIDTH: usize = 240;
+    let lines: Vec<&str> = output
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let alerts: Vec<&str> = lines
+        .iter()
+        .copied()
+        .filter(|l| l.contains("ALERT") || l.contains("ERROR"))
+        .collect();
+    let chosen = if alerts.is_empty() {
+        &lines[lines.len().saturating_sub(LINES)..]
+    } else {
+        &alerts[..alerts.len().min(LINES)]
+    };
+    if chosen.is_empty() {
+        return "haproxy -c failed without output".into();
+    }
+    chosen
+        .iter()
+        .map(|l| {
+            let l = l.replace(CHECK_PATH, "haproxy.cfg");
+            match l.char_indices().nth(WIDTH) {
+                Some((end, _)) => format!("{}…", &l[..end]),
+                None => l,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 pub fn argv(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|s| s.to_string()).collect()
 }
@@ -450,5 +607,40 @@ mod tests {
             desired_config(&t, servers(&["x"]), &BTreeSet::new()),
             "global\n"
         );
+    }
+
+    #[test]
+    fn haproxy_check_results_are_short_and_name_the_error() {
+        assert_eq!(check_verdict(0), Verdict::Valid);
+        assert_eq!(check_verdict(1), Verdict::Rejected);
+        assert_eq!(
+            check_verdict(127),
+            Verdict::Unchecked,
+            "no haproxy in the image"
+        );
+        let out = format!(
+            "[NOTICE]   (7) : haproxy version is 2.6.12\n\
+             [ALERT]    (7) : config : parsing [{CHECK_PATH}:3] : unknown keyword 'bogus' in 'frontend' section\n\
+             [ALERT]    (7) : config : Error(s) found in configuration file : {CHECK_PATH}\n\
+             [ALERT]    (7) : config : Fatal errors found in configuration.\n\
+             [ALERT]    (7) : config : one too many\n"
+        );
+        let m = haproxy_errors(&out);
+        assert!(
+            m.starts_with(
+                "[ALERT]    (7) : config : parsing [haproxy.cfg:3] : unknown keyword 'bogus'"
+            ),
+            "{m}"
+        );
+        assert_eq!(m.matches("[ALERT]").count(), 3, "at most three lines: {m}");
+        assert!(!m.contains("NOTICE") && !m.contains(CHECK_PATH), "{m}");
+        let long = "x".repeat(10_000);
+        assert!(haproxy_errors(&long).chars().count() <= 241);
+        assert_eq!(
+            haproxy_errors("a\nb\nc\nd\n"),
+            "b; c; d",
+            "no ALERT: the last lines"
+        );
+        assert_eq!(haproxy_errors(""), "haproxy -c failed without output");
     }
 }

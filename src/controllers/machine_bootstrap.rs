@@ -35,6 +35,9 @@ use crate::{
 
 /// When the current bootstrap of the node container started (RFC 3339).
 pub const STARTED_AT: &str = "capd-rs.x-k8s.io/bootstrap-started-at";
+/// Set when the node container stopped while its bootstrap ran: the inputs it ran with
+/// ([`crate::controllers::node::bootstrap_inputs`]). The node is not recreated until they change.
+pub const STOPPED_DURING_BOOTSTRAP: &str = "capd-rs.x-k8s.io/node-stopped-during-bootstrap";
 /// How often a reconcile looks at a running bootstrap: a finished one wakes it at once, and the
 /// steps run in one exec, so there is little to report in between (every look is a container
 /// inspect and maybe a status patch, for each machine bootstrapping).
@@ -55,6 +58,9 @@ pub struct Target<'a> {
     pub dm: &'a DockerMachine,
     pub container: &'a str,
     pub secret_name: &'a str,
+    /// The container was created by this pass: a bootstrap start on record (the annotation of
+    /// the object as this pass read it) concerns an earlier container, not this one.
+    pub fresh: bool,
 }
 
 /// Where in its bootstrap a node is, as upstream v1.14 reports it: step 1 waits for the init
@@ -216,7 +222,7 @@ pub async fn reconcile(
     // No task of this process. After a terminal result or a start by an earlier process, the
     // sentinel wins over everything: bootstrap already happened (an orphaned exec finished). A
     // first start needs no look: the runner does nothing when the sentinel is there.
-    let started = started_at(t.dm);
+    let started = if t.fresh { None } else { started_at(t.dm) };
     if (terminal || started.is_some()) && sentinel_exists(ctx, t.container).await? {
         set(completed());
         return Ok(Outcome::Done);
@@ -309,8 +315,11 @@ pub async fn reset(
     status: &mut DockerMachineStatus,
 ) -> Result<()> {
     ctx.bootstraps.cancel(&dm.uid().unwrap_or_default());
-    if started_at(dm).is_some() {
-        set_started_at(patcher, None).await?;
+    let annotations = dm.annotations();
+    if annotations.contains_key(STARTED_AT) || annotations.contains_key(STOPPED_DURING_BOOTSTRAP) {
+        patcher
+            .annotations(json!({ STARTED_AT: null, STOPPED_DURING_BOOTSTRAP: null }))
+            .await?;
     }
     for d in at_phase(
         Phase::CGroups,
@@ -325,6 +334,23 @@ pub async fn reset(
         );
     }
     Ok(())
+}
+
+/// Whether a bootstrap was started in the machine's current container: its start is on record,
+/// or this process ran one (finished, or still running).
+pub fn began(dm: &DockerMachine, ctx: &Context) -> bool {
+    dm.annotations().contains_key(STARTED_AT)
+        || !matches!(
+            ctx.bootstraps.poll(&dm.uid().unwrap_or_default()),
+            TaskState::NotStarted
+        )
+}
+
+/// Record that the node stopped during a bootstrap run with `inputs`.
+pub async fn record_stop(patcher: &mut Patcher<'_>, inputs: &str) -> Result<()> {
+    patcher
+        .annotations(json!({ STOPPED_DURING_BOOTSTRAP: inputs }))
+        .await
 }
 
 fn started_at(dm: &DockerMachine) -> Option<DateTime<Utc>> {

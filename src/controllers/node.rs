@@ -30,22 +30,57 @@ pub enum Provisioning {
     /// Ours, created but never started (whoever created it stopped in between: a manager
     /// killed mid-create): nothing ran in it, so start it rather than create another.
     Start(ContainerInfo),
-    /// Ours, stopped, and no bootstrap of this process is running in it: what ran inside is
-    /// unknown, so start over in a new container.
+    /// Ours, stopped before its bootstrap began (an engine restart, `docker stop`): nothing of
+    /// the bootstrap ran in it, so start over in a new container.
     Recreate,
+    /// Ours, stopped after its bootstrap began: the commands themselves most likely stopped it
+    /// (`poweroff`, `reboot`, a kill of PID 1, as on a VM). A new container would run them
+    /// again and stop again, forever: the machine reports it instead.
+    StoppedDuringBootstrap(ContainerInfo),
     Conflict(String),
 }
 
 /// What to do with the container found for a machine whose bootstrap is not running (the
-/// caller does not look while one runs: that container is the bootstrap's).
-pub fn provisioning(found: Found) -> Provisioning {
+/// caller does not look while one runs: that container is the bootstrap's). `bootstrap_began`:
+/// a bootstrap was started in the machine's current container (its start is on record).
+pub fn provisioning(found: Found, bootstrap_began: bool) -> Provisioning {
     match found {
         Found::Missing => Provisioning::Create,
         Found::Foreign(why) => Provisioning::Conflict(why),
         Found::Ours(c) if c.is_alive() => Provisioning::Use(c),
         Found::Ours(c) if c.state == Some(ContainerState::Created) => Provisioning::Start(c),
+        Found::Ours(c) if bootstrap_began => Provisioning::StoppedDuringBootstrap(c),
         Found::Ours(_) => Provisioning::Recreate,
     }
+}
+
+/// Pure: whether a machine that reported [`Provisioning::StoppedDuringBootstrap`] for
+/// `reported` (the fingerprint recorded then) may try again now that its inputs are `now`: only
+/// when they changed (the DockerMachine's spec, or the Machine's bootstrap data Secret).
+pub fn retry_after_stop(reported: Option<&str>, now: &str) -> bool {
+    reported.is_some_and(|r| r != now)
+}
+
+/// What a stop during bootstrap is recorded against: the DockerMachine's generation and the
+/// bootstrap data Secret's name.
+pub fn bootstrap_inputs(generation: Option<i64>, secret: &str) -> String {
+    format!(
+        "generation={};secret={secret}",
+        generation.unwrap_or_default()
+    )
+}
+
+/// The condition message of a node that stopped while its bootstrap ran.
+pub fn stopped_during_bootstrap_message(name: &str, c: &ContainerInfo) -> String {
+    let code = c
+        .exit_code
+        .map_or_else(|| "unknown".to_string(), |code| code.to_string());
+    format!(
+        "Container {name} stopped while its bootstrap commands ran (exit code {code}); a command \
+         such as poweroff, reboot or a kill of PID 1 stops a node container for good, so it is not \
+         recreated: change the bootstrap data (a new Secret on the Machine) or the DockerMachine's \
+         spec to try again, or delete the Machine"
+    )
 }
 
 /// After the machine was provisioned: the node holds state (etcd, kubelet certificates), so it
@@ -108,7 +143,7 @@ mod tests {
         ] {
             let c = ours(state);
             assert_eq!(
-                provisioning(found(Some(c.clone()), &OWNER)),
+                provisioning(found(Some(c.clone()), &OWNER), true),
                 Provisioning::Use(c.clone()),
                 "{state:?} before provisioning"
             );
@@ -135,7 +170,7 @@ mod tests {
                 Provisioning::Recreate
             };
             assert_eq!(
-                provisioning(found(Some(c.clone()), &OWNER)),
+                provisioning(found(Some(c.clone()), &OWNER), false),
                 expected,
                 "{state:?} before provisioning"
             );
@@ -149,7 +184,7 @@ mod tests {
     #[test]
     fn a_foreign_container_is_never_reported_as_ours() {
         assert!(matches!(
-            provisioning(found(Some(foreign()), &OWNER)),
+            provisioning(found(Some(foreign()), &OWNER), false),
             Provisioning::Conflict(_)
         ));
         assert!(matches!(
@@ -157,6 +192,48 @@ mod tests {
             Provisioned::Conflict(_)
         ));
         assert_eq!(provisioned(found(None, &OWNER)), Provisioned::Gone);
-        assert_eq!(provisioning(found(None, &OWNER)), Provisioning::Create);
+        assert_eq!(
+            provisioning(found(None, &OWNER), false),
+            Provisioning::Create
+        );
+    }
+
+    #[test]
+    fn a_node_that_stopped_during_its_bootstrap_is_reported_not_recreated() {
+        let mut c = ours(ContainerState::Exited);
+        c.exit_code = Some(0);
+        assert_eq!(
+            provisioning(found(Some(c.clone()), &OWNER), true),
+            Provisioning::StoppedDuringBootstrap(c.clone())
+        );
+        let never_ran = ours(ContainerState::Created);
+        assert_eq!(
+            provisioning(found(Some(never_ran.clone()), &OWNER), true),
+            Provisioning::Start(never_ran),
+            "nothing ran in a container that never started"
+        );
+        let m = stopped_during_bootstrap_message("c-m", &c);
+        assert!(
+            m.contains("exit code 0") && m.contains("stopped while its bootstrap"),
+            "{m}"
+        );
+        // Tried again only once the inputs change.
+        let before = bootstrap_inputs(Some(1), "boot");
+        assert!(!retry_after_stop(
+            Some(&before),
+            &bootstrap_inputs(Some(1), "boot")
+        ));
+        assert!(
+            !retry_after_stop(None, &before),
+            "nothing recorded: nothing to retry"
+        );
+        assert!(retry_after_stop(
+            Some(&before),
+            &bootstrap_inputs(Some(2), "boot")
+        ));
+        assert!(retry_after_stop(
+            Some(&before),
+            &bootstrap_inputs(Some(1), "boot-2")
+        ));
     }
 }

@@ -52,6 +52,11 @@ pub struct ContainerInfo {
     pub ipv6: Option<String>,
     /// Published ports: key like `6443/tcp`, value the host port.
     pub host_ports: BTreeMap<String, u16>,
+    /// The main process's exit code after it last stopped (inspect only; 0 before any stop).
+    pub exit_code: Option<i64>,
+    /// When the container last started and last stopped (inspect only; `None` when never).
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl ContainerInfo {
@@ -67,6 +72,13 @@ impl ContainerInfo {
             self.state,
             Some(ContainerState::Running | ContainerState::Paused | ContainerState::Restarting)
         )
+    }
+
+    /// How long the container ran before it last stopped, when the engine says both times (a
+    /// container that ran long enough before dying is not in a crash loop).
+    pub fn ran_for(&self) -> Option<std::time::Duration> {
+        let (start, end) = (self.started_at?, self.finished_at?);
+        (end - start).to_std().ok()
     }
 }
 

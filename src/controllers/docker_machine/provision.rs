@@ -15,6 +15,7 @@ use crate::{
     },
     capi::IpFamily,
     controllers::{
+        backoff::{RestartDecision, restart_delay, restarting_message},
         context::Context,
         error::{Error, Result},
         load_balancer::{self, LbTarget, SyncOutcome},
@@ -152,27 +153,39 @@ pub(super) async fn refresh(
             return Ok(Action::requeue(ctx.settings.resync));
         }
         Provisioned::Start(c) => {
-            info!(container = %name, state = ?c.state, "provisioned node container is not running; starting it");
-            ctx.runtime.start(&name).await?;
-            if control_plane {
-                // It may have a new address; it must be a backend again either way.
-                sync_load_balancer(b, owners, ctx, None).await?;
+            // Whatever woke this pass (a `die` event, a resync, a watch event), a container that
+            // keeps stopping is started on the backoff's schedule, never at engine speed.
+            let key = crate::controllers::key(ctx.kinds.machine, dm);
+            match ctx.restarts.decide(&key, c.ran_for()) {
+                RestartDecision::Wait { wait, starts } => {
+                    set(status, dm, restarting(&name, &c, starts, Some(wait)));
+                    return Ok(Action::requeue(wait));
+                }
+                RestartDecision::Start { starts } => {
+                    info!(container = %name, state = ?c.state, exit_code = ?c.exit_code, starts,
+                        "provisioned node container is not running; starting it");
+                    ctx.runtime.start(&name).await?;
+                    if control_plane {
+                        // It may have a new address; it must be a backend again either way.
+                        sync_load_balancer(b, owners, ctx, None).await?;
+                    }
+                    let after = ctx.runtime.inspect(&name).await?.unwrap_or(c);
+                    if !after.is_alive() {
+                        let wait = restart_delay(starts + 1);
+                        set(status, dm, restarting(&name, &after, starts, Some(wait)));
+                        return Ok(Action::requeue(wait.max(NODE_RETRY)));
+                    }
+                    after
+                }
             }
-            ctx.runtime.inspect(&name).await?.unwrap_or(c)
         }
     };
-    if !container.is_alive() {
-        set(
-            status,
-            dm,
-            Desired::false_(
-                types::CONTAINER_PROVISIONED,
-                reasons::NOT_PROVISIONED,
-                format!("Container {name} did not stay running after a start"),
-            ),
-        );
-        return Ok(Action::requeue(NODE_RETRY));
-    }
+    // Seen running for long enough, a restarted container is out of its streak.
+    let up = container
+        .started_at
+        .and_then(|t| (chrono::Utc::now() - t).to_std().ok());
+    ctx.restarts
+        .running_for(&crate::controllers::key(ctx.kinds.machine, dm), up);
     set(
         status,
         dm,
@@ -180,6 +193,21 @@ pub(super) async fn refresh(
     );
     status.addresses = Some(machine_addresses(&container, b.cluster.ip_family().ok()));
     Ok(Action::requeue(ctx.settings.resync))
+}
+
+/// `ContainerProvisioned` of a provisioned node whose container keeps stopping: how often it
+/// was started in this streak, how its main process last ended, and when the next start is.
+pub(crate) fn restarting(
+    name: &str,
+    c: &ContainerInfo,
+    starts: u32,
+    next: Option<Duration>,
+) -> Desired {
+    Desired::false_(
+        types::CONTAINER_PROVISIONED,
+        reasons::CONTAINER_RESTARTING,
+        restarting_message(name, c.exit_code, starts, next),
+    )
 }
 
 /// A machine that is not provisioned yet, with bootstrap data.
@@ -206,11 +234,12 @@ impl Provisioning<'_, '_> {
         // While its bootstrap runs, the container is known to exist (the exec runs in it; one
         // lost meanwhile fails the exec, and the pass after that looks): no engine call per
         // pass while a hundred machines bootstrap.
-        let container = if ctx.bootstraps.is_running(&uid) {
-            None
+        let (container, fresh) = if ctx.bootstraps.is_running(&uid) {
+            (None, false)
         } else {
             let found = node::found(ctx.runtime.inspect(&name).await?, &owner);
-            Some(self.use_or_create(found, &owner, &name, status).await?)
+            let (c, fresh) = self.use_or_create(found, &owner, &name, status).await?;
+            (Some(c), fresh)
         };
         set(
             status,
@@ -231,6 +260,7 @@ impl Provisioning<'_, '_> {
             dm,
             container: &name,
             secret_name: self.secret_name,
+            fresh,
         };
         match machine_bootstrap::reconcile(&target, self.patcher, ctx, status).await? {
             machine_bootstrap::Outcome::Done => {}
@@ -272,31 +302,87 @@ impl Provisioning<'_, '_> {
     }
 
     /// The container found for a machine whose bootstrap is not running: use it, create it,
-    /// start it, or (stopped before it was provisioned) recreate it.
+    /// start it, (stopped before its bootstrap began) recreate it, or (stopped while its
+    /// bootstrap ran) report it and leave it until the inputs change. `true` with a container
+    /// this pass created: no bootstrap on record concerns it.
     async fn use_or_create(
         &mut self,
         found: node::Found,
         owner: &labels::Owner<'_>,
         name: &str,
         status: &mut DockerMachineStatus,
-    ) -> Result<ContainerInfo> {
+    ) -> Result<(ContainerInfo, bool)> {
         let (dm, ctx) = (self.dm, self.ctx);
-        Ok(match node::provisioning(found) {
-            node::Provisioning::Use(c) => c,
+        let uid = dm.uid().unwrap_or_default();
+        let began = machine_bootstrap::began(dm, ctx);
+        let inputs = node::bootstrap_inputs(dm.metadata.generation, self.secret_name);
+        let reported = dm
+            .annotations()
+            .get(machine_bootstrap::STOPPED_DURING_BOOTSTRAP)
+            .map(String::as_str);
+        Ok(match node::provisioning(found, began) {
+            node::Provisioning::Use(c) => (c, false),
             node::Provisioning::Conflict(why) => return Err(conflict(name, why)),
-            node::Provisioning::Create => self.create_node(owner, name).await?,
+            node::Provisioning::Create => (self.create_node(owner, name).await?, true),
             node::Provisioning::Start(c) => {
                 info!(container = %name, "starting a node container that was created but never started");
                 ctx.runtime.start(name).await?;
-                ctx.runtime.inspect(name).await?.unwrap_or(c)
+                (ctx.runtime.inspect(name).await?.unwrap_or(c), false)
+            }
+            node::Provisioning::StoppedDuringBootstrap(_)
+                if node::retry_after_stop(reported, &inputs) =>
+            {
+                info!(container = %name, "the machine's bootstrap inputs changed since its node stopped during bootstrap; recreating it");
+                self.recreate(owner, name, status).await?
+            }
+            node::Provisioning::StoppedDuringBootstrap(c) => {
+                if reported.is_none() {
+                    info!(container = %name, exit_code = ?c.exit_code, "node container stopped while its bootstrap ran; not recreating it");
+                    ctx.bootstraps.cancel(&uid);
+                    machine_bootstrap::record_stop(self.patcher, &inputs).await?;
+                }
+                let message = node::stopped_during_bootstrap_message(name, &c);
+                for d in machine_bootstrap::at_phase(
+                    machine_bootstrap::Phase::Commands,
+                    reasons::NODE_STOPPED_DURING_BOOTSTRAP,
+                    message.clone(),
+                ) {
+                    set(status, dm, d);
+                }
+                set(
+                    status,
+                    dm,
+                    Desired::false_(
+                        types::CONTAINER_PROVISIONED,
+                        reasons::NOT_PROVISIONED,
+                        format!("Container {name} is stopped (see BootstrapCompleted)"),
+                    ),
+                );
+                // A change of the DockerMachine or the Machine triggers a pass at once; the
+                // resync only re-reads the same inputs.
+                return Err(Error::blocked(
+                    types::BOOTSTRAP_COMPLETED,
+                    reasons::NODE_STOPPED_DURING_BOOTSTRAP,
+                    message,
+                    ctx.settings.resync,
+                ));
             }
             node::Provisioning::Recreate => {
-                info!(container = %name, "node container stopped before it was provisioned; recreating it");
-                ctx.runtime.remove(name).await?;
-                machine_bootstrap::reset(dm, self.patcher, ctx, status).await?;
-                self.create_node(owner, name).await?
+                info!(container = %name, "node container stopped before its bootstrap began; recreating it");
+                self.recreate(owner, name, status).await?
             }
         })
+    }
+
+    async fn recreate(
+        &mut self,
+        owner: &labels::Owner<'_>,
+        name: &str,
+        status: &mut DockerMachineStatus,
+    ) -> Result<(ContainerInfo, bool)> {
+        self.ctx.runtime.remove(name).await?;
+        machine_bootstrap::reset(self.dm, self.patcher, self.ctx, status).await?;
+        Ok((self.create_node(owner, name).await?, true))
     }
 
     /// Set `providerID` on the workload cluster's Node for this container, when the container is
@@ -315,7 +401,7 @@ impl Provisioning<'_, '_> {
         }
         if b.cluster.spec.control_plane_ref.is_some() && !b.cluster.control_plane_initialized() {
             debug!(%container, "waiting for the control plane to be initialized before updating the Node");
-            return Ok(Some(Action::requeue(NODE_RETRY)));
+            return Ok(Some(Action::requeue(self.node_wait())));
         }
         // The workload client talks to the cluster's own endpoint and nowhere else.
         let Some(endpoint) = workload_endpoint(self.owners) else {
@@ -335,6 +421,8 @@ impl Provisioning<'_, '_> {
                 if changed {
                     info!(%container, %provider_id, "Node providerID set in the workload cluster");
                 }
+                ctx.waits
+                    .reset(&crate::controllers::key(ctx.kinds.machine, self.dm));
                 Ok(None)
             }
             // Not a passing state: the Secret must change. Said in a condition, looked at slowly
@@ -346,10 +434,19 @@ impl Provisioning<'_, '_> {
                 KUBECONFIG_RETRY,
             )),
             Err(e) => {
-                info!(%container, error = %e, "cannot set the Node's providerID yet");
-                Ok(Some(Action::requeue(NODE_RETRY)))
+                let retry = self.node_wait();
+                info!(%container, error = %e, retry_in = ?retry, "cannot set the Node's providerID yet");
+                Ok(Some(Action::requeue(retry)))
             }
         }
+    }
+
+    /// How long a machine waiting for its Node (or the control plane) waits before looking
+    /// again: upstream's pace at first, then backing off (a workload API that never answers
+    /// must not be polled every 5 s forever; the Cluster's initialisation wakes it anyway).
+    fn node_wait(&self) -> Duration {
+        let key = crate::controllers::key(self.ctx.kinds.machine, self.dm);
+        self.ctx.waits.next_delay(&key).max(NODE_RETRY)
     }
 
     /// Create the node container; a missing image reference or a lost name race is blocked.

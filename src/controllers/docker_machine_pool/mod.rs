@@ -49,6 +49,15 @@ pub const TEMPLATE_HASH_ANNOTATION: &str =
 /// While instances are being created or removed: look again this soon, on top of the watches.
 const SCALING_RECHECK: Duration = Duration::from_secs(5);
 
+/// How soon a pool that is not where it should be looks again: [`SCALING_RECHECK`] at first,
+/// then backing off (its instances' changes wake it anyway; instances that never get ready must
+/// not be polled every 5 s forever).
+fn recheck(ctx: &Context, dmp: &DockerMachinePool) -> Duration {
+    ctx.waits
+        .next_delay(&super::key(ctx.kinds.pool, dmp))
+        .max(SCALING_RECHECK)
+}
+
 pub async fn reconcile(dmp: Arc<DockerMachinePool>, ctx: Arc<Context>) -> Result<Action> {
     let ns = dmp.namespace().unwrap_or_default();
     let owner = capi::capi_owner(&dmp.metadata, "MachinePool").map(|o| o.name.clone());
@@ -151,7 +160,7 @@ async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Actio
                 &Desired::false_(types::READY, reasons::DELETING, "Deleting the instances"),
             );
             remove(&machines, &ns, ctx).await?;
-            Action::requeue(SCALING_RECHECK)
+            Action::requeue(recheck(ctx, dmp))
         }
         Plan::AwaitBootstrapData => {
             set(&mut status, &not_paused);
@@ -179,9 +188,10 @@ async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Actio
             status.observed_generation = generation;
             set(&mut status, &s.replicas_ready);
             if s.replicas_ready.status == conditions::ConditionStatus::True {
+                ctx.waits.reset(&super::key(ctx.kinds.pool, dmp));
                 Action::requeue(ctx.settings.resync)
             } else {
-                Action::requeue(SCALING_RECHECK)
+                Action::requeue(recheck(ctx, dmp))
             }
         }
     };

@@ -190,7 +190,23 @@ pub(super) fn info_from_inspect(r: ContainerInspectResponse) -> ContainerInfo {
         ipv4: endpoint.and_then(|e| non_empty(e.ip_address.clone())),
         ipv6: endpoint.and_then(|e| non_empty(e.global_ipv6_address.clone())),
         host_ports: host_ports_from_map(settings.and_then(|s| s.ports.as_ref())),
+        exit_code: r.state.as_ref().and_then(|s| s.exit_code),
+        started_at: r
+            .state
+            .as_ref()
+            .and_then(|s| engine_time(s.started_at.as_deref())),
+        finished_at: r
+            .state
+            .as_ref()
+            .and_then(|s| engine_time(s.finished_at.as_deref())),
     }
+}
+
+/// A time as the engine reports it (RFC 3339 with nanoseconds); its zero time
+/// (`0001-01-01T00:00:00Z`, never started or never stopped) is `None`.
+fn engine_time(raw: Option<&str>) -> Option<chrono::DateTime<chrono::Utc>> {
+    let t = chrono::DateTime::parse_from_rfc3339(raw?).ok()?;
+    (t.timestamp() > 0).then(|| t.with_timezone(&chrono::Utc))
 }
 
 pub(super) fn info_from_summary(s: ContainerSummary) -> ContainerInfo {
@@ -231,6 +247,7 @@ pub(super) fn info_from_summary(s: ContainerSummary) -> ContainerInfo {
         ipv4: endpoint.and_then(|e| non_empty(e.ip_address.clone())),
         ipv6: endpoint.and_then(|e| non_empty(e.global_ipv6_address.clone())),
         host_ports,
+        ..Default::default()
     }
 }
 
