@@ -1230,7 +1230,9 @@ async fn an_impostor_owned_by_a_real_machine_gets_nothing() {
         let c = refused.cond("ContainerProvisioned").unwrap();
         assert!(c.message.contains(&real), "{}", c.message);
         eventually(LONG, "real machine provisioned", || async {
-            env.docker_machine(&ns, &real).await.filter(fully_provisioned)
+            env.docker_machine(&ns, &real)
+                .await
+                .filter(fully_provisioned)
         })
         .await;
         let real_dm = env.docker_machine(&ns, &real).await.unwrap();
@@ -1247,7 +1249,10 @@ async fn an_impostor_owned_by_a_real_machine_gets_nothing() {
         let impostor_uid = refused.uid().unwrap();
         let selector =
             std::collections::BTreeMap::from([(labels::OWNER_UID.to_string(), impostor_uid)]);
-        assert!(docker.list(&selector).await.unwrap().is_empty(), "no container for the impostor");
+        assert!(
+            docker.list(&selector).await.unwrap().is_empty(),
+            "no container for the impostor"
+        );
         assert!(
             env.docker_machine(&ns, &impostor)
                 .await

@@ -433,7 +433,11 @@ async fn v1beta1_writes_meet_the_v1beta2_rules() {
         match api.create(&pp, &body).await {
             Err(kube::Error::Api(e)) => {
                 assert_eq!(e.code, 422, "{kind}: {e:?}");
-                assert!(e.message.contains(field), "{kind}: {} should name {field}", e.message);
+                assert!(
+                    e.message.contains(field),
+                    "{kind}: {} should name {field}",
+                    e.message
+                );
             }
             other => panic!("{kind} {spec}: expected a 422 naming {field}, got {other:?}"),
         }

@@ -881,7 +881,10 @@ mod tests {
         // Out of the schema's bounds: dropped; within them: restored.
         assert!(new["status"].get("failureDomain").is_none(), "{new:#}");
         assert!(new["status"].get("smuggled").is_none(), "{new:#}");
-        assert_eq!(new["status"]["initialization"], json!({"provisioned": true}));
+        assert_eq!(
+            new["status"]["initialization"],
+            json!({"provisioned": true})
+        );
 
         // A valid v1beta2-only value still survives.
         let mut ok = hostile.clone();

@@ -254,7 +254,10 @@ mod tests {
             here.push(format!("maxLength={m}"));
         }
         if let Some(e) = &schema.enum_ {
-            here.push(format!("enum={:?}", e.iter().map(|j| &j.0).collect::<Vec<_>>()));
+            here.push(format!(
+                "enum={:?}",
+                e.iter().map(|j| &j.0).collect::<Vec<_>>()
+            ));
         }
         for v in schema.x_kubernetes_validations.iter().flatten() {
             // The root's immutability rules are added per kind to every version by root_rules.
@@ -278,7 +281,13 @@ mod tests {
     fn version_rules(crd: &CustomResourceDefinition, name: &str) -> BTreeMap<String, Vec<String>> {
         let mut out = BTreeMap::new();
         let v = crd.spec.versions.iter().find(|v| v.name == name).unwrap();
-        let root = v.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap();
+        let root = v
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
         rules(root, String::new(), &mut out);
         out
     }
@@ -328,8 +337,10 @@ mod tests {
         for field in [".spec.failureDomains", ".status.failureDomains"] {
             assert!(new[&format!("{field}[].name:string")].contains(&bound));
             assert!(
-                old[&format!("{field}:object")]
-                    .contains(&format!("rule={}", crate::api::common::failure_domain_keys_rule())),
+                old[&format!("{field}:object")].contains(&format!(
+                    "rule={}",
+                    crate::api::common::failure_domain_keys_rule()
+                )),
                 "v1beta1 {field}: {:?}",
                 old[&format!("{field}:object")]
             );

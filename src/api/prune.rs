@@ -74,7 +74,8 @@ fn leaf_ok(value: &Value, schema: &JSONSchemaProps) -> bool {
 fn prune_at(value: &mut Value, schema: &JSONSchemaProps, path: &str, removed: &mut Vec<String>) {
     match value {
         Value::Object(map) => {
-            if schema.x_kubernetes_preserve_unknown_fields == Some(true) && schema.properties.is_none()
+            if schema.x_kubernetes_preserve_unknown_fields == Some(true)
+                && schema.properties.is_none()
             {
                 return;
             }

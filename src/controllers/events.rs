@@ -63,7 +63,11 @@ pub async fn publish(
 
 /// One Warning Event saying the API server refused a status write, with its (bounded) message:
 /// the status, where a condition would say it, is what cannot be written. Best effort.
-pub async fn publish_status_rejected(recorder: &Recorder, regarding: &ObjectReference, message: &str) {
+pub async fn publish_status_rejected(
+    recorder: &Recorder,
+    regarding: &ObjectReference,
+    message: &str,
+) {
     let event = Event {
         type_: EventType::Warning,
         reason: reasons::STATUS_UPDATE_REJECTED.into(),

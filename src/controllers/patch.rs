@@ -305,9 +305,13 @@ fn rejected_ready_patch(
     let mut conditions = desired.get("conditions")?.as_array()?.clone();
     let previous = conditions
         .iter()
-        .find(|c| c.get("type").and_then(|t| t.as_str()) == Some(crate::api::conditions::types::READY))
+        .find(|c| {
+            c.get("type").and_then(|t| t.as_str()) == Some(crate::api::conditions::types::READY)
+        })
         .cloned();
-    conditions.retain(|c| c.get("type").and_then(|t| t.as_str()) != Some(crate::api::conditions::types::READY));
+    conditions.retain(|c| {
+        c.get("type").and_then(|t| t.as_str()) != Some(crate::api::conditions::types::READY)
+    });
     let mut ready = json!({
         "type": crate::api::conditions::types::READY,
         "status": "False",
@@ -420,8 +424,8 @@ mod tests {
             {"type": "Paused", "status": "False", "reason": "NotPaused", "message": "",
              "lastTransitionTime": "2026-01-01T00:00:00Z"}
         ]});
-        let body = rejected_ready_patch(&desired, Some("7"), "status.failureDomain: Too long")
-            .unwrap();
+        let body =
+            rejected_ready_patch(&desired, Some("7"), "status.failureDomain: Too long").unwrap();
         assert_eq!(body["metadata"]["resourceVersion"], "7");
         let status = body["status"].as_object().unwrap();
         assert_eq!(status.len(), 1, "conditions only: {status:?}");
@@ -430,7 +434,10 @@ mod tests {
         let ready = conds.iter().find(|c| c["type"] == "Ready").unwrap();
         assert_eq!(ready["reason"], "StatusUpdateRejected");
         assert_eq!(ready["message"], "status.failureDomain: Too long");
-        assert_eq!(ready["lastTransitionTime"], "2026-01-01T00:00:00Z", "no new transition");
+        assert_eq!(
+            ready["lastTransitionTime"], "2026-01-01T00:00:00Z",
+            "no new transition"
+        );
         assert_eq!(ready["observedGeneration"], 3);
         assert!(rejected_ready_patch(&json!({}), None, "m").is_none());
     }

@@ -444,7 +444,9 @@ mod tests {
             None,
         ] {
             let mut o = o.clone();
-            Arc::make_mut(o.machine.as_mut().unwrap()).spec.infrastructure_ref = refs.clone();
+            Arc::make_mut(o.machine.as_mut().unwrap())
+                .spec
+                .infrastructure_ref = refs.clone();
             for view in [impostor.clone(), {
                 let mut p = impostor.clone();
                 p.spec.provider_id = Some("docker:////c-m".into());
@@ -466,8 +468,9 @@ mod tests {
             Plan::Normal(Normal::Provision(..))
         ));
         let mut dev = o.clone();
-        Arc::make_mut(dev.machine.as_mut().unwrap()).spec.infrastructure_ref =
-            Some(infra_ref("DevMachine", "m"));
+        Arc::make_mut(dev.machine.as_mut().unwrap())
+            .spec
+            .infrastructure_ref = Some(infra_ref("DevMachine", "m"));
         assert!(matches!(
             decide("DevMachine", &dm(), &dev),
             Plan::Normal(Normal::Provision(..))

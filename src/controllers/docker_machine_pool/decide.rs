@@ -389,7 +389,10 @@ mod tests {
         impostor.metadata.name = Some("impostor".into());
         match decide("DockerMachinePool", &impostor, &f) {
             Plan::NotMachinePoolInfrastructure(m) => {
-                assert!(m.contains("ns/mp") && m.contains("DockerMachinePool pool"), "{m}")
+                assert!(
+                    m.contains("ns/mp") && m.contains("DockerMachinePool pool"),
+                    "{m}"
+                )
             }
             other => panic!("{other:?}"),
         }
