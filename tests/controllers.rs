@@ -1470,3 +1470,81 @@ async fn an_invalid_custom_haproxy_config_is_refused_and_the_lb_keeps_serving() 
     })
     .await;
 }
+
+/// An ownerRef alone does not make a DockerMachine the Machine's (issue 25): an impostor owned
+/// by a real Machine whose infrastructureRef names another DockerMachine gets no container (nor
+/// the Machine's bootstrap data) and says why; the real one is provisioned, without a conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_impostor_owned_by_a_real_machine_gets_nothing() {
+    let mut env = TestEnv::new("impostor").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        env.provisioned_cluster(&ns, &name).await;
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
+            .await;
+        let real = format!("{name}-w");
+        // The Machine names `real`; both DockerMachines carry its ownerRef. The impostor is
+        // created first, as an attacker would, before the real one exists.
+        let (machine, _) = env
+            .create_machine(&ns, &name, &real, false, None, node_spec())
+            .await;
+        let impostor = format!("{name}-impostor");
+        let body: DockerMachine = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "DockerMachine",
+            "metadata": {"name": impostor, "namespace": ns,
+                         "labels": {"cluster.x-k8s.io/cluster-name": name,
+                                    "cluster.x-k8s.io/watch-filter": env.id},
+                         "ownerReferences": [owner_ref(&machine, "Machine")]},
+            "spec": node_spec()
+        }))
+        .unwrap();
+        let dms: Api<DockerMachine> = Api::namespaced(env.client.clone(), &ns);
+        dms.create(&Default::default(), &body).await.unwrap();
+        env.set_machine_secret(&ns, &real, "boot").await;
+
+        let refused = eventually(LONG, "impostor refused", || async {
+            env.docker_machine(&ns, &impostor)
+                .await
+                .filter(|dm| dm.has_reason("ContainerProvisioned", "NotMachineInfrastructure"))
+        })
+        .await;
+        let c = refused.cond("ContainerProvisioned").unwrap();
+        assert!(c.message.contains(&real), "{}", c.message);
+        eventually(LONG, "real machine provisioned", || async {
+            env.docker_machine(&ns, &real)
+                .await
+                .filter(fully_provisioned)
+        })
+        .await;
+        let real_dm = env.docker_machine(&ns, &real).await.unwrap();
+        assert!(!real_dm.has_reason("ContainerProvisioned", "ContainerNameConflict"));
+        let container = real_dm
+            .spec
+            .provider_id
+            .as_deref()
+            .and_then(|p| p.strip_prefix("docker:////"))
+            .unwrap()
+            .to_string();
+        let info = inspect(&docker, &container).await.unwrap();
+        assert_eq!(info.labels[labels::OWNER_UID], real_dm.uid().unwrap());
+        let impostor_uid = refused.uid().unwrap();
+        let selector =
+            std::collections::BTreeMap::from([(labels::OWNER_UID.to_string(), impostor_uid)]);
+        assert!(
+            docker.list(&selector).await.unwrap().is_empty(),
+            "no container for the impostor"
+        );
+        assert!(
+            env.docker_machine(&ns, &impostor)
+                .await
+                .unwrap()
+                .spec
+                .provider_id
+                .is_none()
+        );
+    })
+    .await;
+}

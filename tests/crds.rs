@@ -385,3 +385,61 @@ async fn machine_template_spec_is_immutable_except_in_topology_dry_run() {
         labels.expect("metadata may change");
     }
 }
+
+/// The API server validates a write against the schema of the version it was sent in: a v1beta1
+/// client must meet the same image and failure-domain rules as a v1beta2 one (issue 25).
+#[tokio::test]
+async fn v1beta1_writes_meet_the_v1beta2_rules() {
+    let client = common::client().await;
+    let v1beta1 = |kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "infrastructure.cluster.x-k8s.io",
+            "v1beta1",
+            kind,
+        ))
+    };
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    for (kind, spec, field) in [
+        (
+            "DockerMachine",
+            json!({"customImage": "bad tag!!"}),
+            "spec.customImage",
+        ),
+        (
+            "DevMachine",
+            json!({"backend": {"docker": {"customImage": "bad tag!!"}}}),
+            "spec.backend.docker.customImage",
+        ),
+        (
+            "DockerCluster",
+            json!({"loadBalancer": {"imageTag": "bad tag!!"}}),
+            "spec.loadBalancer.imageTag",
+        ),
+        (
+            "DockerCluster",
+            json!({"failureDomains": {"": {"controlPlane": true}}}),
+            "spec.failureDomains",
+        ),
+    ] {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), "default", &v1beta1(kind));
+        let body = obj(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": kind,
+            "metadata": {"name": format!("v1beta1-rules-{}", std::process::id())}, "spec": spec
+        }));
+        match api.create(&pp, &body).await {
+            Err(kube::Error::Api(e)) => {
+                assert_eq!(e.code, 422, "{kind}: {e:?}");
+                assert!(
+                    e.message.contains(field),
+                    "{kind}: {} should name {field}",
+                    e.message
+                );
+            }
+            other => panic!("{kind} {spec}: expected a 422 naming {field}, got {other:?}"),
+        }
+    }
+}

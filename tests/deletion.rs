@@ -354,3 +354,58 @@ async fn deleting_mid_bootstrap_and_after_the_machine_is_gone() {
     })
     .await;
 }
+
+/// The container is found by the owner-UID label, not by a name recomputed from inputs a user
+/// can change: after the ownerRef is swapped to another Machine and the cluster-name label is
+/// changed, deleting the DockerMachine still removes its container and lets the object go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swapped_owner_or_cluster_label_does_not_leak_the_container() {
+    let mut env = TestEnv::new("delc").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        env.provisioned_cluster(&ns, &name).await;
+        let dms: Api<DockerMachine> = Api::namespaced(env.client.clone(), &ns);
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
+            .await;
+        let w = format!("{name}-w");
+        env.create_machine(&ns, &name, &w, false, Some("boot"), node())
+            .await;
+        let provisioned = eventually(LONG, "worker provisioned", || async {
+            env.docker_machine(&ns, &w).await.filter(fully_provisioned)
+        })
+        .await;
+        let container = provisioned
+            .spec
+            .provider_id
+            .as_deref()
+            .and_then(|p| p.strip_prefix("docker:////"))
+            .unwrap()
+            .to_string();
+        assert!(inspect(&docker, &container).await.is_some());
+
+        // Another Machine (with no data yet, so nothing is provisioned for it) takes the
+        // ownerRef; the cluster-name label points elsewhere.
+        let other = format!("{name}-o");
+        let (other_machine, _) = env
+            .create_machine(&ns, &name, &other, false, None, node())
+            .await;
+        let swap = json!({"metadata": {
+            "ownerReferences": [owner_ref(&other_machine, "Machine")],
+            "labels": {"cluster.x-k8s.io/cluster-name": "elsewhere"}
+        }});
+        dms.patch(&w, &PatchParams::default(), &Patch::Merge(&swap))
+            .await
+            .unwrap();
+        dms.delete(&w, &DeleteParams::default()).await.unwrap();
+        eventually(LONG, "DockerMachine and its container gone", || async {
+            (env.docker_machine(&ns, &w).await.is_none()
+                && inspect(&docker, &container).await.is_none())
+            .then_some(())
+        })
+        .await;
+    })
+    .await;
+}

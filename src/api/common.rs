@@ -32,7 +32,7 @@ impl ApiEndpoint {
 #[serde(rename_all = "camelCase")]
 pub struct FailureDomain {
     /// Name of the failure domain.
-    #[schemars(length(min = 1, max = 256))]
+    #[schemars(schema_with = "failure_domain_name")]
     pub name: String,
     /// Whether the failure domain is suitable for control-plane machines (default false, set at
     /// admission as upstream's webhook does).
@@ -77,6 +77,65 @@ pub const IMAGE_REFERENCE_PATTERN: &str = r"^((([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-
 pub const IMAGE_REPOSITORY_PATTERN: &str = r"^((([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(\.([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(:[0-9]+)?)/)?[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)*$";
 /// An image tag.
 pub const IMAGE_TAG_PATTERN: &str = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$";
+
+// The rules below are the one source of the image and failure-domain rules of both served
+// versions: the API server validates a write against the version it was sent in, so a rule only
+// v1beta2 carries is a rule a v1beta1 client can walk around (issue 25).
+
+/// Longest image reference we accept (`customImage`).
+pub const MAX_IMAGE_REFERENCE: u32 = 512;
+/// Longest image repository we accept (`loadBalancer.imageRepository`).
+pub const MAX_IMAGE_REPOSITORY: u32 = 256;
+/// Longest failure-domain name (CAPI's own bound).
+pub const MAX_FAILURE_DOMAIN_NAME: u32 = 256;
+
+/// The schema of a node image reference (`customImage`), in every version that has one.
+pub(crate) fn image_reference(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_IMAGE_REFERENCE,
+        "pattern": IMAGE_REFERENCE_PATTERN,
+    })
+}
+
+/// The schema of a load balancer's `imageRepository`, in every version.
+pub(crate) fn image_repository(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_IMAGE_REPOSITORY,
+        "pattern": IMAGE_REPOSITORY_PATTERN,
+    })
+}
+
+/// The schema of a load balancer's `imageTag`, in every version (the pattern bounds its length).
+pub(crate) fn image_tag(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "maxLength": 128,
+        "pattern": IMAGE_TAG_PATTERN,
+    })
+}
+
+/// The schema of a failure domain's name (v1beta2: a list item's `name`).
+pub(crate) fn failure_domain_name(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_FAILURE_DOMAIN_NAME,
+    })
+}
+
+/// The CEL rule that holds a map keyed by failure-domain name (v1beta1) to the same bounds as
+/// [`failure_domain_name`]; structural schemas have no `propertyNames`.
+pub fn failure_domain_keys_rule() -> String {
+    format!("self.all(k, k.size() >= 1 && k.size() <= {MAX_FAILURE_DOMAIN_NAME})")
+}
+
+/// The message of [`failure_domain_keys_rule`].
+pub const FAILURE_DOMAIN_KEYS_MESSAGE: &str =
+    "failure domain names must be 1 to 256 characters long";
 
 /// Kind of a machine address.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]

@@ -78,6 +78,10 @@ pub mod reasons {
     pub const WORKLOAD_KUBECONFIG_REFUSED: &str = "WorkloadKubeconfigRefused";
     /// A Dev* object asks for a backend other than docker (upstream's in-memory test backend).
     pub const BACKEND_NOT_SERVED: &str = "BackendNotServed";
+    /// Ours: the API server refused a status write as invalid (422/400); the message is its.
+    pub const STATUS_UPDATE_REJECTED: &str = "StatusUpdateRejected";
+    /// Ours: the owner Machine's `spec.infrastructureRef` names another object.
+    pub const NOT_MACHINE_INFRASTRUCTURE: &str = "NotMachineInfrastructure";
     // DockerMachinePool (CAPI's MachineSet/MachinePool words).
     pub const SCALING_UP: &str = "ScalingUp";
     pub const SCALING_DOWN: &str = "ScalingDown";

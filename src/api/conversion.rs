@@ -8,6 +8,8 @@
 //! `v1beta1` reads back as `v1beta1` exactly as written.
 use std::collections::BTreeMap;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value};
 
@@ -32,6 +34,10 @@ use super::{
 pub const DATA_ANNOTATION: &str = "cluster.x-k8s.io/conversion-data";
 pub const V1BETA1: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 pub const V1BETA2: &str = "infrastructure.cluster.x-k8s.io/v1beta2";
+
+/// The largest saved body we read back. The API server caps all annotations of an object at
+/// 256 KiB together, so a larger one did not come through it; it is dropped unread.
+pub const MAX_SAVED_BYTES: usize = 256 * 1024;
 
 /// Why an object could not be converted (the API server then fails the request with this).
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -160,6 +166,38 @@ trait Versions {
     /// Copy from `saved` (the annotation of an object a `v1beta1` client changed) what `v1beta1`
     /// cannot express, so that the change does not erase it.
     fn keep(new: &mut Self::New, saved: Self::New);
+    /// The v1beta2 CRD of the kind, whose schema a restored body must meet.
+    fn crd() -> CustomResourceDefinition;
+}
+
+/// Read the body saved in the annotation as a v1beta1 client sent it back, trusting none of it:
+/// the API server validated the v1beta1 object, not what the annotation restores. Too large or
+/// unparsable: dropped. Every value the v1beta2 schema would refuse (pattern, length, enum,
+/// range, unknown field) is pruned first, by the rules of the generated schema itself.
+fn restore<K: Versions>(saved: Option<&Value>) -> Option<K::New> {
+    let text = saved?.as_str()?;
+    if text.len() > MAX_SAVED_BYTES {
+        tracing::warn!(
+            bytes = text.len(),
+            "conversion-data annotation too large; converting from the v1beta1 fields alone"
+        );
+        return None;
+    }
+    let mut body: Value = serde_json::from_str(text).ok()?;
+    let crd = K::crd();
+    let schema = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.name == super::VERSION)
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())?;
+    let removed = super::prune::prune(&mut body, schema);
+    if !removed.is_empty() {
+        // Field paths only: the values may be anything a client wrote.
+        tracing::warn!(fields = ?removed, "conversion-data annotation: dropped invalid fields");
+    }
+    serde_json::from_value(body).ok()
 }
 
 fn convert_body<K: Versions>(
@@ -181,12 +219,10 @@ fn convert_body<K: Versions>(
         let old: K::Old = serde_json::from_value(body).map_err(|e| e.to_string())?;
         let mut new = K::up(&old);
         // An annotation that does not parse (edited by hand) is dropped: the object still
-        // converts, from what v1beta1 holds.
-        if let Some(saved) = saved
-            .as_ref()
-            .and_then(Value::as_str)
-            .and_then(|s| serde_json::from_str::<K::New>(s).ok())
-        {
+        // converts, from what v1beta1 holds. What it restores is only what v1beta1 cannot
+        // express: taken whole only when it agrees with every field the v1beta1 object carries,
+        // else field by field (`keep`).
+        if let Some(saved) = restore::<K>(saved.as_ref()) {
             if K::down(&saved) == old {
                 new = saved;
             } else {
@@ -364,6 +400,10 @@ fn template_meta_down(m: &Option<ObjectMeta>) -> Option<old::ObjectMeta> {
 
 struct DockerClusterKind;
 impl Versions for DockerClusterKind {
+    fn crd() -> CustomResourceDefinition {
+        <super::DockerCluster as CustomResourceExt>::crd()
+    }
+
     type Old = Body<old::DockerClusterSpec, old::DockerClusterStatus>;
     type New = Body<DockerClusterSpec, DockerClusterStatus>;
 
@@ -406,6 +446,10 @@ impl Versions for DockerClusterKind {
 
 struct DockerMachineKind;
 impl Versions for DockerMachineKind {
+    fn crd() -> CustomResourceDefinition {
+        <super::DockerMachine as CustomResourceExt>::crd()
+    }
+
     type Old = Body<old::DockerMachineSpec, old::DockerMachineStatus>;
     type New = Body<DockerMachineSpec, DockerMachineStatus>;
 
@@ -456,6 +500,10 @@ pub struct NoStatus {}
 
 struct DockerClusterTemplateKind;
 impl Versions for DockerClusterTemplateKind {
+    fn crd() -> CustomResourceDefinition {
+        <super::DockerClusterTemplate as CustomResourceExt>::crd()
+    }
+
     type Old = Body<old::DockerClusterTemplateSpec, NoStatus>;
     type New = Body<DockerClusterTemplateSpec, NoStatus>;
 
@@ -488,6 +536,10 @@ impl Versions for DockerClusterTemplateKind {
 
 struct DockerMachineTemplateKind;
 impl Versions for DockerMachineTemplateKind {
+    fn crd() -> CustomResourceDefinition {
+        <super::DockerMachineTemplate as CustomResourceExt>::crd()
+    }
+
     type Old = Body<old::DockerMachineTemplateSpec, NoStatus>;
     type New = Body<DockerMachineTemplateSpec, DockerMachineTemplateStatus>;
 
@@ -539,6 +591,10 @@ fn pool_spec_down(s: &DockerMachinePoolSpec) -> old::DockerMachinePoolSpec {
 
 struct DockerMachinePoolKind;
 impl Versions for DockerMachinePoolKind {
+    fn crd() -> CustomResourceDefinition {
+        <super::DockerMachinePool as CustomResourceExt>::crd()
+    }
+
     type Old = Body<old::DockerMachinePoolSpec, old::DockerMachinePoolStatus>;
     type New = Body<DockerMachinePoolSpec, DockerMachinePoolStatus>;
 
@@ -577,6 +633,10 @@ impl Versions for DockerMachinePoolKind {
 
 struct DockerMachinePoolTemplateKind;
 impl Versions for DockerMachinePoolTemplateKind {
+    fn crd() -> CustomResourceDefinition {
+        <super::DockerMachinePoolTemplate as CustomResourceExt>::crd()
+    }
+
     type Old = Body<old::DockerMachinePoolTemplateSpec, NoStatus>;
     type New = Body<DockerMachinePoolTemplateSpec, NoStatus>;
 
@@ -800,6 +860,44 @@ mod tests {
             saved["spec"],
             json!({"backend": {"docker": {"customImage": "img:1"}}})
         );
+    }
+
+    /// A v1beta1 client writes the annotation too: what it restores is held to the v1beta2
+    /// schema, never overrides the v1beta1 fields, and is read only up to a bound.
+    #[test]
+    fn a_hostile_annotation_restores_nothing_invalid() {
+        let hostile = json!({
+            "apiVersion": V1BETA2, "kind": "DockerMachine",
+            "spec": {"customImage": "bad tag!!", "providerID": "docker:////impostor"},
+            "status": {"failureDomain": "x".repeat(1000), "smuggled": true,
+                       "initialization": {"provisioned": true}}
+        });
+        let mut obj = json!({"apiVersion": V1BETA1, "kind": "DockerMachine", "metadata": meta(),
+                             "spec": {"providerID": "docker:////real"}, "status": {"ready": false}});
+        obj["metadata"]["annotations"] = json!({DATA_ANNOTATION: hostile.to_string()});
+        let new = convert(obj.clone(), V1BETA2).unwrap();
+        // The v1beta1 object's own fields win; spec is never taken from the annotation here.
+        assert_eq!(new["spec"], json!({"providerID": "docker:////real"}));
+        // Out of the schema's bounds: dropped; within them: restored.
+        assert!(new["status"].get("failureDomain").is_none(), "{new:#}");
+        assert!(new["status"].get("smuggled").is_none(), "{new:#}");
+        assert_eq!(
+            new["status"]["initialization"],
+            json!({"provisioned": true})
+        );
+
+        // A valid v1beta2-only value still survives.
+        let mut ok = hostile.clone();
+        ok["status"]["failureDomain"] = json!("fd-a");
+        obj["metadata"]["annotations"] = json!({DATA_ANNOTATION: ok.to_string()});
+        let new = convert(obj.clone(), V1BETA2).unwrap();
+        assert_eq!(new["status"]["failureDomain"], "fd-a");
+
+        // Past the bound: not read at all.
+        ok["status"]["padding"] = json!("p".repeat(MAX_SAVED_BYTES));
+        obj["metadata"]["annotations"] = json!({DATA_ANNOTATION: ok.to_string()});
+        let new = convert(obj, V1BETA2).unwrap();
+        assert!(new["status"].get("failureDomain").is_none(), "{new:#}");
     }
 
     #[test]

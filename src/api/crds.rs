@@ -237,3 +237,113 @@ pub fn file_name(crd: &CustomResourceDefinition) -> String {
 pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml_ng::Error> {
     Ok(format!("---\n{}", serde_yaml_ng::to_string(crd)?))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    /// The rules a client could walk around through the other version, by JSON path.
+    fn rules(schema: &JSONSchemaProps, path: String, out: &mut BTreeMap<String, Vec<String>>) {
+        let mut here = Vec::new();
+        if let Some(p) = &schema.pattern {
+            here.push(format!("pattern={p}"));
+        }
+        if let Some(m) = schema.max_length {
+            here.push(format!("maxLength={m}"));
+        }
+        if let Some(e) = &schema.enum_ {
+            here.push(format!(
+                "enum={:?}",
+                e.iter().map(|j| &j.0).collect::<Vec<_>>()
+            ));
+        }
+        for v in schema.x_kubernetes_validations.iter().flatten() {
+            // The root's immutability rules are added per kind to every version by root_rules.
+            here.push(format!("rule={}", v.rule));
+        }
+        out.insert(
+            format!("{path}:{}", schema.type_.as_deref().unwrap_or("")),
+            here,
+        );
+        for (name, child) in schema.properties.iter().flatten() {
+            rules(child, format!("{path}.{name}"), out);
+        }
+        if let Some(JSONSchemaPropsOrArray::Schema(items)) = &schema.items {
+            rules(items, format!("{path}[]"), out);
+        }
+        if let Some(JSONSchemaPropsOrBool::Schema(values)) = &schema.additional_properties {
+            rules(values, format!("{path}{{}}"), out);
+        }
+    }
+
+    fn version_rules(crd: &CustomResourceDefinition, name: &str) -> BTreeMap<String, Vec<String>> {
+        let mut out = BTreeMap::new();
+        let v = crd.spec.versions.iter().find(|v| v.name == name).unwrap();
+        let root = v
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap();
+        rules(root, String::new(), &mut out);
+        out
+    }
+
+    /// The API server validates a write against the version it was sent in: every rule a
+    /// v1beta2 field carries must be on the same field of v1beta1 (where the field has the same
+    /// path and type in both), or v1beta1 is a way around it.
+    #[test]
+    fn schema_rules_match_v1beta2() {
+        let mut compared = 0;
+        for crd in all() {
+            if !crd.spec.versions.iter().any(|v| v.name == "v1beta1") {
+                continue;
+            }
+            let new = version_rules(&crd, VERSION);
+            let old = version_rules(&crd, "v1beta1");
+            for (path, required) in &new {
+                // v1beta1's status conditions live under status.v1beta2 (same type, checked there).
+                let old_path = path.replacen(".status.conditions", ".status.v1beta2.conditions", 1);
+                let Some(have) = old.get(&old_path).or_else(|| old.get(path)) else {
+                    continue;
+                };
+                compared += 1;
+                for rule in required {
+                    assert!(
+                        have.contains(rule),
+                        "{} v1beta1 {path} lacks v1beta2's {rule}",
+                        crd.spec.names.kind
+                    );
+                }
+            }
+        }
+        assert!(compared > 100, "compared only {compared} fields");
+    }
+
+    /// v1beta2 holds failure domains as a list with a bounded `name`; v1beta1 as a map keyed by
+    /// name: the same bound must hold the keys.
+    #[test]
+    fn v1beta1_failure_domain_keys_carry_the_name_rule() {
+        let crd = all()
+            .into_iter()
+            .find(|c| c.spec.names.kind == "DockerCluster")
+            .unwrap();
+        let old = version_rules(&crd, "v1beta1");
+        let new = version_rules(&crd, VERSION);
+        let bound = format!("maxLength={}", crate::api::common::MAX_FAILURE_DOMAIN_NAME);
+        for field in [".spec.failureDomains", ".status.failureDomains"] {
+            assert!(new[&format!("{field}[].name:string")].contains(&bound));
+            assert!(
+                old[&format!("{field}:object")].contains(&format!(
+                    "rule={}",
+                    crate::api::common::failure_domain_keys_rule()
+                )),
+                "v1beta1 {field}: {:?}",
+                old[&format!("{field}:object")]
+            );
+        }
+    }
+}

@@ -54,11 +54,11 @@ pub struct DockerLoadBalancer {
     /// Image repository of the load balancer (default: the manager's `--lb-image` repository,
     /// `kindest`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 256), regex(pattern = super::common::IMAGE_REPOSITORY_PATTERN))]
+    #[schemars(schema_with = "super::common::image_repository")]
     pub image_repository: Option<String>,
     /// Image tag of the load balancer (default: the manager's `--lb-image` tag).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = super::common::IMAGE_TAG_PATTERN))]
+    #[schemars(schema_with = "super::common::image_tag")]
     pub image_tag: Option<String>,
     /// A ConfigMap in the same namespace whose `value` key replaces the generated haproxy.cfg.
     #[serde(

@@ -45,7 +45,7 @@ pub struct DockerMachineSpec {
     pub provider_id: Option<String>,
     /// Node image to use instead of the one chosen from the Machine's Kubernetes version. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 512), regex(pattern = super::common::IMAGE_REFERENCE_PATTERN))]
+    #[schemars(schema_with = "super::common::image_reference")]
     pub custom_image: Option<String>,
     /// Images saved from the host's Docker Engine and imported into the node (needs `ctr` in the
     /// node image).

@@ -13,6 +13,7 @@ pub mod dev;
 pub mod docker_cluster;
 pub mod docker_machine;
 pub mod docker_machine_pool;
+pub mod prune;
 pub mod templates;
 pub mod v1beta1;
 

@@ -6,8 +6,9 @@
 //! request against the version it was written in, not the stored one, so the lengths, ranges
 //! and CEL rules follow our v1beta2 schema: what v1beta1 admits, v1beta2 can store. Empty values
 //! are admitted (a Go v1beta1 client writes `host: ""`, `port: 0`, `metadata: {}` for "not
-//! set") and conversion reads them as unset. Image patterns are not repeated (upstream's
-//! v1beta1 had none): a bad image written as v1beta1 ends in the controller's condition.
+//! set") and conversion reads them as unset. The image and failure-domain rules come from the
+//! same schema functions as v1beta2's ([`super::common`]), so that v1beta1 is no way around
+//! them; `schema_rules_match_v1beta2` in [`super::crds`] checks that nothing else drifts.
 use std::collections::BTreeMap;
 
 use kube::CustomResource;
@@ -42,7 +43,7 @@ pub struct DockerClusterSpec {
     pub control_plane_endpoint: Option<ApiEndpoint>,
     /// Failure domains machines may be placed in, by name; copied to status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("maxProperties" = 100))]
+    #[schemars(schema_with = "failure_domain_map")]
     pub failure_domains: Option<BTreeMap<String, FailureDomainSpec>>,
     /// The load-balancer container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -63,6 +64,21 @@ pub struct ApiEndpoint {
     pub port: Option<i32>,
 }
 
+/// v1beta1 failure domains, keyed by name: at most 100 (as v1beta2's list), names bounded by the
+/// rule v1beta2 puts on `name`.
+fn failure_domain_map(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let value = generator.subschema_for::<FailureDomainSpec>();
+    schemars::json_schema!({
+        "type": "object",
+        "maxProperties": 100,
+        "additionalProperties": value,
+        "x-kubernetes-validations": [{
+            "rule": super::common::failure_domain_keys_rule(),
+            "message": super::common::FAILURE_DOMAIN_KEYS_MESSAGE,
+        }],
+    })
+}
+
 /// v1beta1 failure domain (its name is the map key).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -81,11 +97,11 @@ pub struct FailureDomainSpec {
 pub struct DockerLoadBalancer {
     /// Image repository of the load balancer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 256))]
+    #[schemars(schema_with = "super::common::image_repository")]
     pub image_repository: Option<String>,
     /// Image tag of the load balancer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 128))]
+    #[schemars(schema_with = "super::common::image_tag")]
     pub image_tag: Option<String>,
     /// A ConfigMap in the same namespace whose `value` key replaces the generated haproxy.cfg.
     #[serde(
@@ -105,6 +121,7 @@ pub struct DockerClusterStatus {
     pub ready: bool,
     /// Failure domains, copied from spec.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "failure_domain_map")]
     pub failure_domains: Option<BTreeMap<String, FailureDomainSpec>>,
     /// Conditions in CAPI's v1beta1 style.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -151,7 +168,7 @@ pub struct DockerMachineSpec {
     pub provider_id: Option<String>,
     /// Node image to use instead of the one chosen from the Machine's Kubernetes version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 512))]
+    #[schemars(schema_with = "super::common::image_reference")]
     pub custom_image: Option<String>,
     /// Images saved from the host's Docker Engine and imported into the node.
     #[serde(default, skip_serializing_if = "Option::is_none")]

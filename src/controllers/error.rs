@@ -42,6 +42,31 @@ pub enum Error {
     Serialize(#[from] serde_json::Error),
     #[error("{}", .0.message)]
     Blocked(Blocked),
+    /// The API server refused a status write as invalid (422 Invalid or 400 BadRequest): a
+    /// value that reached storage some other way, or one we computed, that the schema refuses.
+    /// Retrying at once cannot help: it waits at least [`STATUS_REJECTED_RETRY`], and is made
+    /// visible as an Event (a condition cannot be written when status cannot).
+    #[error("the API server refused the status write: {0}")]
+    StatusRejected(String),
+}
+
+/// The least a refused status write waits before it is tried again.
+pub const STATUS_REJECTED_RETRY: Duration = Duration::from_secs(300);
+
+/// The longest API server message we carry into an Event or condition (an Event's note is
+/// limited to 1 KiB).
+pub const MAX_REJECTION_MESSAGE: usize = 900;
+
+/// `message` cut to [`MAX_REJECTION_MESSAGE`] bytes at a character boundary.
+pub fn bounded_message(message: &str) -> String {
+    if message.len() <= MAX_REJECTION_MESSAGE {
+        return message.to_string();
+    }
+    let mut end = MAX_REJECTION_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
 }
 
 impl Error {
@@ -72,6 +97,7 @@ impl Error {
             Error::Stale => "stale",
             Error::Serialize(_) => "serialize",
             Error::Blocked(_) => "blocked",
+            Error::StatusRejected(_) => "status_rejected",
         }
     }
 
@@ -88,7 +114,28 @@ impl Error {
             Error::Runtime(RuntimeError::NotFound(_))
             | Error::LoadBalancer(_)
             | Error::ContainerStillExists(_) => Some(reasons::NOT_PROVISIONED),
-            Error::Kube(_) | Error::Missing(_) | Error::Stale | Error::Serialize(_) => None,
+            Error::Kube(_)
+            | Error::Missing(_)
+            | Error::Stale
+            | Error::Serialize(_)
+            | Error::StatusRejected(_) => None,
+        }
+    }
+
+    /// Whether the API server refused a status write as invalid: an Event reports it.
+    pub fn status_rejected(&self) -> Option<&str> {
+        match self {
+            Error::StatusRejected(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The least time before this error is retried, whatever the backoff says: a refused
+    /// status write is not retried faster than [`STATUS_REJECTED_RETRY`] (no hot loop).
+    pub fn min_retry(&self) -> Option<Duration> {
+        match self {
+            Error::StatusRejected(_) => Some(STATUS_REJECTED_RETRY),
+            _ => None,
         }
     }
 
@@ -109,6 +156,20 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_status_write_is_slow_to_retry_and_bounded() {
+        let e = Error::StatusRejected(bounded_message(&"x".repeat(10_000)));
+        assert_eq!(e.kind(), "status_rejected");
+        assert_eq!(e.reason(), None, "no condition from the write that failed");
+        assert_eq!(e.min_retry(), Some(STATUS_REJECTED_RETRY));
+        assert!(e.status_rejected().unwrap().len() <= MAX_REJECTION_MESSAGE + '…'.len_utf8());
+        assert_eq!(bounded_message("ünïcode"), "ünïcode");
+        let cut = bounded_message(&"é".repeat(1000));
+        assert!(cut.ends_with('…') && cut.len() <= MAX_REJECTION_MESSAGE + 3);
+        assert_eq!(Error::Stale.min_retry(), None);
+        assert_eq!(Error::Stale.status_rejected(), None);
+    }
 
     #[test]
     fn a_bad_spec_is_not_an_outage() {

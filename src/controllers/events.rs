@@ -64,6 +64,25 @@ pub async fn publish(
     }
 }
 
+/// One Warning Event saying the API server refused a status write, with its (bounded) message:
+/// the status, where a condition would say it, is what cannot be written. Best effort.
+pub async fn publish_status_rejected(
+    recorder: &Recorder,
+    regarding: &ObjectReference,
+    message: &str,
+) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reasons::STATUS_UPDATE_REJECTED.into(),
+        note: Some(super::error::bounded_message(message)),
+        action: "UpdateStatus".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, regarding).await {
+        debug!(error = %e, "cannot publish an Event");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -546,6 +546,19 @@ async fn instrumented(
     if result.is_ok() {
         ctx.backoff.reset(&key(kind, obj.as_ref()));
     }
+    if let Err(e) = &result
+        && let Some(message) = e.status_rejected()
+    {
+        // Otherwise invisible: the status that would carry a condition is what was refused.
+        tracing::error!(%kind, namespace = obj.namespace().unwrap_or_default(), name = obj.name_any(),
+            %message, "the API server refused the status write");
+        events::publish_status_rejected(
+            &ctx.recorder,
+            &Kinds::reference(kind, obj.meta()),
+            message,
+        )
+        .await;
+    }
     result
 }
 
@@ -572,7 +585,8 @@ fn retry_delay(error: &Error, backoff: &Backoff, key: &str) -> Duration {
     let delay = backoff.next_delay(key);
     match error {
         Error::Stale => delay / 8,
-        _ => delay,
+        // A write the API server refuses as invalid will be refused again: slowly.
+        _ => error.min_retry().map_or(delay, |min| delay.max(min)),
     }
 }
 
@@ -592,6 +606,12 @@ mod tests {
             retry_delay(&missing, &backoff, "b"),
             Duration::from_secs(2),
             "a real failure keeps the full backoff"
+        );
+        let rejected = Error::StatusRejected("status.failureDomain: Too long".into());
+        assert_eq!(
+            retry_delay(&rejected, &backoff, "c"),
+            error::STATUS_REJECTED_RETRY,
+            "a refused status write is not retried at backoff speed"
         );
     }
 

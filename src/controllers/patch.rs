@@ -261,7 +261,7 @@ impl<'a> Patcher<'a> {
         }
         let body = json!({
             "metadata": { "resourceVersion": self.rv },
-            "status": status,
+            "status": status.clone(),
         });
         match self
             .api
@@ -274,9 +274,67 @@ impl<'a> Patcher<'a> {
             }
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
             Err(kube::Error::Api(e)) if e.code == 409 => Err(Error::Stale),
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 400 => {
+                let message = super::error::bounded_message(&e.message);
+                // The whole status was refused; a Ready condition alone may still be accepted
+                // (the refused value is elsewhere), and makes the refusal visible where users
+                // look. If it is refused too, the Event is all there is.
+                if let Some(body) = rejected_ready_patch(&status, self.rv.as_deref(), &message)
+                    && let Ok(patched) = self
+                        .api
+                        .patch_status(&self.name, &params(), &Patch::Merge(&body))
+                        .await
+                {
+                    self.after_write(&patched, false);
+                }
+                Err(Error::StatusRejected(message))
+            }
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// A status patch that sets only `conditions`: the desired ones with `Ready` False, reason
+/// `StatusUpdateRejected` and the API server's message. `None` when the desired status has no
+/// conditions list.
+fn rejected_ready_patch(
+    desired: &serde_json::Value,
+    rv: Option<&str>,
+    message: &str,
+) -> Option<serde_json::Value> {
+    let mut conditions = desired.get("conditions")?.as_array()?.clone();
+    let previous = conditions
+        .iter()
+        .find(|c| {
+            c.get("type").and_then(|t| t.as_str()) == Some(crate::api::conditions::types::READY)
+        })
+        .cloned();
+    conditions.retain(|c| {
+        c.get("type").and_then(|t| t.as_str()) != Some(crate::api::conditions::types::READY)
+    });
+    let mut ready = json!({
+        "type": crate::api::conditions::types::READY,
+        "status": "False",
+        "reason": crate::api::conditions::reasons::STATUS_UPDATE_REJECTED,
+        "message": message,
+        "lastTransitionTime": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    });
+    if let Some(p) = previous {
+        if let Some(g) = p.get("observedGeneration") {
+            ready["observedGeneration"] = g.clone();
+        }
+        // Ready was False already: it did not transition now.
+        if p.get("status").and_then(|s| s.as_str()) == Some("False")
+            && let Some(t) = p.get("lastTransitionTime")
+        {
+            ready["lastTransitionTime"] = t.clone();
+        }
+    }
+    conditions.push(ready);
+    Some(json!({
+        "metadata": { "resourceVersion": rv },
+        "status": { "conditions": conditions },
+    }))
 }
 
 /// The generation after a write, if every change of it since the view was one of ours: each
@@ -356,6 +414,32 @@ mod tests {
         );
         writes.forget("u");
         assert!(writes.is_empty());
+    }
+
+    #[test]
+    fn a_refused_status_write_is_reported_in_ready_alone() {
+        let desired = json!({"failureDomain": "x", "conditions": [
+            {"type": "Ready", "status": "False", "reason": "NotReady", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 3},
+            {"type": "Paused", "status": "False", "reason": "NotPaused", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]});
+        let body =
+            rejected_ready_patch(&desired, Some("7"), "status.failureDomain: Too long").unwrap();
+        assert_eq!(body["metadata"]["resourceVersion"], "7");
+        let status = body["status"].as_object().unwrap();
+        assert_eq!(status.len(), 1, "conditions only: {status:?}");
+        let conds = status["conditions"].as_array().unwrap();
+        assert_eq!(conds.len(), 2);
+        let ready = conds.iter().find(|c| c["type"] == "Ready").unwrap();
+        assert_eq!(ready["reason"], "StatusUpdateRejected");
+        assert_eq!(ready["message"], "status.failureDomain: Too long");
+        assert_eq!(
+            ready["lastTransitionTime"], "2026-01-01T00:00:00Z",
+            "no new transition"
+        );
+        assert_eq!(ready["observedGeneration"], 3);
+        assert!(rejected_ready_patch(&json!({}), None, "m").is_none());
     }
 
     #[test]

@@ -223,11 +223,20 @@ pub trait ContainerRuntime: Send + Sync {
     async fn save_image(&self, image: &str) -> RuntimeResult<Vec<u8>>;
 }
 
+/// Every container labelled with this owner UID, whatever its name. An empty UID (an object
+/// not yet stored) owns nothing.
+pub async fn owned_by(rt: &dyn ContainerRuntime, uid: &str) -> RuntimeResult<Vec<ContainerInfo>> {
+    if uid.is_empty() {
+        return Ok(Vec::new());
+    }
+    let selector = BTreeMap::from([(super::labels::OWNER_UID.to_string(), uid.to_string())]);
+    rt.list(&selector).await
+}
+
 /// Remove every container labelled with this owner UID (an object deleted before it ever had an
 /// owner: whatever was created for it goes, whatever its name).
 pub async fn remove_owned_by(rt: &dyn ContainerRuntime, uid: &str) -> RuntimeResult<()> {
-    let selector = BTreeMap::from([(super::labels::OWNER_UID.to_string(), uid.to_string())]);
-    for c in rt.list(&selector).await? {
+    for c in owned_by(rt, uid).await? {
         rt.remove(&c.name).await?;
     }
     Ok(())

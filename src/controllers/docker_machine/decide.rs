@@ -57,6 +57,9 @@ pub enum Plan {
     Missing(String),
     /// Paused by its Cluster or its own annotation: report only.
     Paused(Vec<String>),
+    /// Owned by a Machine whose `spec.infrastructureRef` names another object: not provisioned
+    /// (no finalizer, no Secret read), the condition says why; a change to either brings it back.
+    NotMachineInfrastructure(Desired),
     Delete {
         cluster_name: Option<String>,
     },
@@ -104,6 +107,12 @@ pub fn decide(kind: &str, dm: &DockerMachine, o: &Owners) -> Plan {
                 owner_name(dm)
             ));
         }
+    }
+    if !deleting
+        && let Some(machine) = &o.machine
+        && let Some(why) = not_named_by(kind, dm, machine)
+    {
+        return Plan::NotMachineInfrastructure(why);
     }
     let paused = capi::paused_reasons(o.cluster.as_deref(), &dm.metadata, kind);
     if !paused.is_empty() {
@@ -160,6 +169,40 @@ pub fn decide(kind: &str, dm: &DockerMachine, o: &Owners) -> Plan {
     Plan::Normal(Normal::Provision(bound, secret))
 }
 
+/// `None` when the Machine's `spec.infrastructureRef` names `dm` (group, kind, name; same
+/// namespace by the contract), else the condition saying whom it names. A Machine of a
+/// MachinePool names its DockerMachine the same way (CAPI v1.14 sets the ref when it creates
+/// the Machine for the pool's instance).
+fn not_named_by(kind: &str, dm: &DockerMachine, machine: &Machine) -> Option<Desired> {
+    let name = dm.name_any();
+    let named = machine
+        .spec
+        .infrastructure_ref
+        .as_ref()
+        .and_then(|r| r.name_if(crate::api::GROUP, kind));
+    if named == Some(name.as_str()) {
+        return None;
+    }
+    let ns = dm.namespace().unwrap_or_default();
+    let machine_name = machine.name_any();
+    let whom = match machine.spec.infrastructure_ref.as_ref() {
+        Some(r) => format!(
+            "{} {}",
+            r.kind.as_deref().unwrap_or("<no kind>"),
+            r.name.as_deref().unwrap_or("<no name>")
+        ),
+        None => "nothing".into(),
+    };
+    Some(Desired::false_(
+        types::CONTAINER_PROVISIONED,
+        reasons::NOT_MACHINE_INFRASTRUCTURE,
+        format!(
+            "Machine {ns}/{machine_name} owns this {kind} but its spec.infrastructureRef names {whom}: \
+             not provisioned (it would get that Machine's bootstrap data)"
+        ),
+    ))
+}
+
 fn owner_name(dm: &DockerMachine) -> String {
     capi::capi_owner(&dm.metadata, "Machine")
         .map(|o| o.name.clone())
@@ -173,7 +216,9 @@ mod tests {
     use super::*;
     use crate::{
         api::DockerMachineSpec,
-        capi::{Bootstrap, ClusterInitialization, ClusterSpec, ClusterStatus, MachineSpec},
+        capi::{
+            Bootstrap, ClusterInitialization, ClusterSpec, ClusterStatus, ContractRef, MachineSpec,
+        },
     };
 
     fn dm() -> DockerMachine {
@@ -194,6 +239,7 @@ mod tests {
             "m",
             MachineSpec {
                 cluster_name: Some("c".into()),
+                infrastructure_ref: Some(infra_ref("DockerMachine", "m")),
                 bootstrap: Some(Bootstrap {
                     data_secret_name: secret.map(str::to_string),
                     ..Default::default()
@@ -218,6 +264,14 @@ mod tests {
             cluster: Some(Arc::new(cluster)),
             docker_cluster: None,
             cluster_name: Some("c".into()),
+        }
+    }
+
+    fn infra_ref(kind: &str, name: &str) -> ContractRef {
+        ContractRef {
+            api_group: Some(crate::api::GROUP.into()),
+            kind: Some(kind.into()),
+            name: Some(name.into()),
         }
     }
 
@@ -371,5 +425,61 @@ mod tests {
             Plan::Normal(Normal::Refresh(b)) => assert!(b.leaves_load_balancer()),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// An ownerRef alone does not make a DockerMachine the Machine's: the Machine must name it
+    /// back, or an impostor gets the bootstrap Secret and the container name.
+    #[test]
+    fn a_machine_that_names_another_infrastructure_provisions_nothing() {
+        let o = owners(true, true, Some("s"), true);
+        let mut impostor = dm();
+        impostor.metadata.name = Some("impostor".into());
+        for refs in [
+            Some(infra_ref("DockerMachine", "m")),
+            Some(infra_ref("DevMachine", "impostor")),
+            Some(ContractRef {
+                api_group: Some("other.example.com".into()),
+                ..infra_ref("DockerMachine", "impostor")
+            }),
+            None,
+        ] {
+            let mut o = o.clone();
+            Arc::make_mut(o.machine.as_mut().unwrap())
+                .spec
+                .infrastructure_ref = refs.clone();
+            for view in [impostor.clone(), {
+                let mut p = impostor.clone();
+                p.spec.provider_id = Some("docker:////c-m".into());
+                p
+            }] {
+                match decide("DockerMachine", &view, &o) {
+                    Plan::NotMachineInfrastructure(d) => {
+                        assert_eq!(d.type_, types::CONTAINER_PROVISIONED);
+                        assert_eq!(d.reason, reasons::NOT_MACHINE_INFRASTRUCTURE);
+                        assert!(d.message.contains("ns/m"), "{}", d.message);
+                    }
+                    other => panic!("{refs:?}: {other:?}"),
+                }
+            }
+        }
+        // The one it names is provisioned; so is a DevMachine its Machine names.
+        assert!(matches!(
+            decide("DockerMachine", &dm(), &o),
+            Plan::Normal(Normal::Provision(..))
+        ));
+        let mut dev = o.clone();
+        Arc::make_mut(dev.machine.as_mut().unwrap())
+            .spec
+            .infrastructure_ref = Some(infra_ref("DevMachine", "m"));
+        assert!(matches!(
+            decide("DevMachine", &dm(), &dev),
+            Plan::Normal(Normal::Provision(..))
+        ));
+        // Deleting an impostor is not refused: it removes only what carries its own UID.
+        impostor.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+        assert!(matches!(
+            decide("DockerMachine", &impostor, &o),
+            Plan::Delete { .. }
+        ));
     }
 }

@@ -47,30 +47,38 @@ pub(super) async fn reconcile(
     patcher.status(dm.status.as_ref(), &status).await?;
 
     let ns = dm.namespace().unwrap_or_default();
-    let Some(cluster) = cluster_name else {
-        return orphan(dm, ctx, patcher).await;
-    };
-    let machine_name = capi_machine_name(dm);
-    let name = naming::machine_container_name(cluster, &machine_name);
     let dm_name = dm.name_any();
-    let owner = labels::Owner {
-        cluster_name: cluster,
-        cluster_namespace: &ns,
-        kind: ctx.kinds.machine,
-        name: &dm_name,
-        uid: &uid,
-    };
-    if let Some(existing) = ctx
-        .runtime
-        .inspect(&name)
-        .await?
-        .filter(|c| labels::usable_by(&c.labels, &owner))
-    {
+    // Which containers are this machine's: every one labelled with its UID (whatever its name:
+    // the name is computed from the first Machine ownerRef and the cluster name, which a user
+    // can change), and the one with the computed name only if its labels say it is this
+    // object's (its UID, or the same kind, name and cluster: a predecessor it adopted).
+    let mut doomed = crate::docker::owned_by(ctx.runtime.as_ref(), &uid).await?;
+    if let Some(cluster) = cluster_name {
+        let name = naming::machine_container_name(cluster, &capi_machine_name(dm));
+        let owner = labels::Owner {
+            cluster_name: cluster,
+            cluster_namespace: &ns,
+            kind: ctx.kinds.machine,
+            name: &dm_name,
+            uid: &uid,
+        };
+        if !doomed.iter().any(|c| c.name == name)
+            && let Some(existing) = ctx
+                .runtime
+                .inspect(&name)
+                .await?
+                .filter(|c| labels::usable_by(&c.labels, &owner))
+        {
+            doomed.push(existing);
+        }
+    }
+    for existing in doomed {
+        let name = existing.name;
         let control_plane = existing.labels.get(labels::KIND_ROLE).map(String::as_str)
             == Some(labels::ROLE_CONTROL_PLANE);
         // The cluster (and so the LB settings) may be gone already; then so is the LB.
-        let bound = match (&owners.machine, &owners.cluster) {
-            (Some(machine), Some(c)) if control_plane => Some(Bound {
+        let bound = match (&owners.machine, &owners.cluster, cluster_name) {
+            (Some(machine), Some(c), Some(cluster)) if control_plane => Some(Bound {
                 machine: machine.clone(),
                 cluster: c.clone(),
                 cluster_name: cluster.to_string(),

@@ -132,6 +132,13 @@ async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> 
             set(&mut status, &why);
             Ok(Action::await_change())
         }
+        Plan::NotMachineInfrastructure(why) => {
+            info!(message = %why.message, "not the owner Machine's infrastructure: not provisioned");
+            set(&mut status, &why);
+            // The Machine's mapper does not lead here (it follows infrastructureRef): look again
+            // at the resync period, never faster.
+            Ok(Action::requeue(ctx.settings.resync))
+        }
         Plan::Missing(message) => return Err(Error::Missing(message)),
         Plan::Paused(why) => {
             set(&mut status, &conditions::paused(&why));

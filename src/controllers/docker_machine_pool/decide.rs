@@ -39,6 +39,9 @@ pub enum Plan {
     Released,
     /// The MachinePool has no bootstrap data yet: nothing to boot instances from.
     AwaitBootstrapData,
+    /// Owned by a MachinePool whose infrastructureRef names another object: no instance is
+    /// made from its bootstrap data; the message says whom it names.
+    NotMachinePoolInfrastructure(String),
     Scale(Scale),
 }
 
@@ -82,6 +85,25 @@ pub fn decide(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Plan {
                 mp.cluster_name().unwrap_or("<none>")
             ));
         }
+    }
+    if !deleting
+        && let Some(mp) = &f.machine_pool
+        && mp
+            .infrastructure_ref()
+            .and_then(|r| r.name_if(crate::api::GROUP, kind))
+            != Some(dmp.name_any().as_str())
+    {
+        let whom = mp.infrastructure_ref().map_or("nothing".to_string(), |r| {
+            format!(
+                "{} {}",
+                r.kind.as_deref().unwrap_or("<no kind>"),
+                r.name.as_deref().unwrap_or("<no name>")
+            )
+        });
+        return Plan::NotMachinePoolInfrastructure(format!(
+            "MachinePool {ns}/{owner} owns this {kind} but its infrastructureRef names {whom}: \
+             no instances are made (they would get that MachinePool's bootstrap data)"
+        ));
     }
     let paused = capi::paused_reasons(f.cluster.as_deref(), &dmp.metadata, kind);
     if !paused.is_empty() {
@@ -301,7 +323,9 @@ mod tests {
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
             "metadata": {"name": "mp", "namespace": "ns"},
             "spec": {"clusterName": "c", "replicas": replicas, "template": {"spec": {
-                "version": version, "bootstrap": {"dataSecretName": "mp-boot"}}}}
+                "version": version, "bootstrap": {"dataSecretName": "mp-boot"},
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                      "kind": "DockerMachinePool", "name": "pool"}}}}
         }))
         .unwrap();
         Arc::new(mp)
@@ -357,6 +381,31 @@ mod tests {
         template_hash(&pool(), &machine_pool(replicas, "v1.35.4"))
     }
 
+    /// An impostor pool owned by a MachinePool that names another pool makes no instances.
+    #[test]
+    fn a_pool_its_machine_pool_does_not_name_makes_nothing() {
+        let f = fetched(2, "v1.35.4", vec![]);
+        let mut impostor = pool();
+        impostor.metadata.name = Some("impostor".into());
+        match decide("DockerMachinePool", &impostor, &f) {
+            Plan::NotMachinePoolInfrastructure(m) => {
+                assert!(
+                    m.contains("ns/mp") && m.contains("DockerMachinePool pool"),
+                    "{m}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            decide("DevMachinePool", &pool(), &f),
+            Plan::NotMachinePoolInfrastructure(_)
+        ));
+        assert!(matches!(
+            decide("DockerMachinePool", &pool(), &f),
+            Plan::Scale(_)
+        ));
+    }
+
     #[test]
     fn the_contract_in_order() {
         let mut unowned = pool();
@@ -370,7 +419,9 @@ mod tests {
         );
         let mut f = fetched(1, "v1.35.4", vec![]);
         let mut no_data = (*machine_pool(1, "v1.35.4")).clone();
-        no_data.spec.template = None;
+        if let Some(spec) = no_data.spec.template.as_mut().and_then(|t| t.spec.as_mut()) {
+            spec.bootstrap = None;
+        }
         f.machine_pool = Some(Arc::new(no_data));
         assert_eq!(
             decide("DockerMachinePool", &pool(), &f),

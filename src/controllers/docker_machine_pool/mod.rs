@@ -149,6 +149,19 @@ async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Actio
             return Ok(Action::await_change());
         }
         Plan::Missing(message) => return Err(super::error::Error::Missing(message)),
+        Plan::NotMachinePoolInfrastructure(message) => {
+            info!(%message, "not the MachinePool's infrastructure: no instances");
+            set(&mut status, &not_paused);
+            set(
+                &mut status,
+                &Desired::false_(
+                    types::REPLICAS_READY,
+                    reasons::NOT_MACHINE_INFRASTRUCTURE,
+                    message,
+                ),
+            );
+            Action::requeue(ctx.settings.resync)
+        }
         Plan::Paused(why) => {
             set(&mut status, &conditions::paused(&why));
             Action::requeue(ctx.settings.resync)
