@@ -72,7 +72,11 @@ impl Plan {
     pub fn description(&self, index: usize) -> String {
         let after = self.images_after.min(self.steps.len());
         if self.images.is_empty() || index < after {
-            return self.steps.get(index).map(|s| s.description.clone()).unwrap_or_default();
+            return self
+                .steps
+                .get(index)
+                .map(|s| s.description.clone())
+                .unwrap_or_default();
         }
         match self.images.get(index - after) {
             Some(image) => format!("pre-load image {image}"),
@@ -223,10 +227,20 @@ mod tests {
         let described: Vec<String> = (0..5).map(|i| p.description(i)).collect();
         assert_eq!(
             described,
-            ["wait", "pre-load image a:1", "pre-load image b:1", "write", "kubeadm"]
+            [
+                "wait",
+                "pre-load image a:1",
+                "pre-load image b:1",
+                "write",
+                "kubeadm"
+            ]
         );
         assert_eq!(p.runner_part().0, 3);
-        assert_eq!(plan(&[]).runner_part().1.len(), 3, "no images: all in the runner");
+        assert_eq!(
+            plan(&[]).runner_part().1.len(),
+            3,
+            "no images: all in the runner"
+        );
     }
 
     #[tokio::test]
@@ -266,7 +280,12 @@ mod tests {
         let f = e.step().expect("a step failed");
         assert_eq!((f.number(), f.total), (3, 5));
         assert!(f.to_string().contains("pre-load image gone:1"), "{f}");
-        assert!(f.runtime_error.as_deref().unwrap().contains("No such image"));
+        assert!(
+            f.runtime_error
+                .as_deref()
+                .unwrap()
+                .contains("No such image")
+        );
         assert_eq!(rt.calls().len(), 2, "the sentinel check and the wait only");
     }
 }

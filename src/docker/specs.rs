@@ -298,9 +298,7 @@ pub fn lb_container_spec(p: &LbParams<'_>) -> ContainerSpec {
 pub fn proxy_credentials(lookup: impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
     let keys = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
     keys.into_iter()
-        .filter(|k| {
-            lookup(k).is_some_and(|v| without_userinfo(&v).is_none_or(|clean| clean != v))
-        })
+        .filter(|k| lookup(k).is_some_and(|v| without_userinfo(&v).is_none_or(|clean| clean != v)))
         .collect()
 }
 
@@ -318,13 +316,14 @@ fn without_userinfo(value: &str) -> Option<String> {
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
     // The last `@` ends the userinfo: a password may hold `@` unescaped.
-    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
     if host.is_empty() || host.starts_with(':') {
         return None;
     }
     Some(format!("{scheme}{host}{path}"))
 }
-
 
 /// Proxy variables for node containers, as upstream: each of `HTTP_PROXY`, `HTTPS_PROXY`,
 /// `NO_PROXY` found in the manager's environment (upper case first, then lower case) is passed in
@@ -625,7 +624,10 @@ mod tests {
         for secret in ["alice", "s3cret", "bob", "hunter2", "@"] {
             assert!(!got.contains(secret), "{secret} reached the node: {got}");
         }
-        assert!(got.contains("HTTP_PROXY=http://proxy.corp:3128/\n"), "{got}");
+        assert!(
+            got.contains("HTTP_PROXY=http://proxy.corp:3128/\n"),
+            "{got}"
+        );
         assert!(got.contains("HTTPS_PROXY=proxy.corp:3129\n"), "{got}");
         // A value that cannot be read as a URL is left out rather than passed on.
         let bad = |k: &str| (k == "HTTP_PROXY").then(|| "http://a:b@\nproxy:1".to_string());

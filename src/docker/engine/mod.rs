@@ -572,7 +572,9 @@ impl ContainerRuntime for BollardRuntime {
         image: &str,
         argv: &[String],
     ) -> RuntimeResult<ExecOutput> {
-        let reference = self.existing_reference(name, "import an image into").await?;
+        let reference = self
+            .existing_reference(name, "import an image into")
+            .await?;
         self.run_import(&reference, image, argv).await
     }
 }
