@@ -973,3 +973,86 @@ async fn a_missing_host_path_is_refused_not_created() {
     })
     .await;
 }
+
+/// The test process's resident set, in KiB.
+fn vm_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
+
+/// `preLoadImages`: an image goes from the engine's export into a command's stdin in the
+/// container byte for byte, without the manager holding it: the default LB image (~121 MiB, as
+/// the plane's warm-up builds it) moves while the test process's RSS grows by less than 32 MiB.
+/// A missing image is `RuntimeError::Image` and runs nothing.
+#[tokio::test]
+async fn image_import_streams_the_tarball_into_the_container() {
+    const BIG: &str = capd::docker::specs::DEFAULT_LB_IMAGE;
+    ensure_test_image().await;
+    with_run("import", |id| async move {
+        let rt = runtime().await;
+        assert!(
+            rt.image_present(BIG).await.expect("inspect"),
+            "{BIG} must be present (hack/plane.sh builds it)"
+        );
+        // What `docker save` gives, counted as it streams.
+        let docker = raw_docker().negotiate_version().await.unwrap();
+        let mut expected = 0u64;
+        let mut export = docker.export_image(BIG);
+        while let Some(chunk) = export.next().await {
+            expected += chunk.expect("export").len() as u64;
+        }
+        assert!(expected > 100 << 20, "a large image: {expected} bytes");
+
+        let network = ensure_test_network(&rt, &id).await;
+        let spec = plain_spec(&id, "imp", &network, Some(argv(&["sleep", "300"])));
+        rt.create_and_start(&spec).await.expect("create and start");
+        let before = vm_rss_kib();
+        let out = rt
+            .import_image(
+                &spec.name,
+                BIG,
+                &argv(&["/bin/sh", "-c", "cat > /tmp/image.tar"]),
+            )
+            .await
+            .expect("import");
+        let grown = vm_rss_kib().saturating_sub(before);
+        assert!(out.success(), "{out:?}");
+        let stat = docker
+            .get_container_archive_info(
+                &spec.name,
+                Some(
+                    bollard::query_parameters::ContainerArchiveInfoOptionsBuilder::default()
+                        .path("/tmp/image.tar")
+                        .build(),
+                ),
+            )
+            .await
+            .expect("stat the copy");
+        assert_eq!(stat.size as u64, expected, "every byte arrived");
+        eprintln!("imported {expected} bytes; RSS grew by {grown} KiB");
+        assert!(grown < 32 << 10, "RSS grew by {grown} KiB");
+
+        let missing = "capd-rs-test/absent:never";
+        match rt
+            .import_image(
+                &spec.name,
+                missing,
+                &argv(&["/bin/sh", "-c", "cat > /tmp/m"]),
+            )
+            .await
+        {
+            Err(RuntimeError::Image { image, .. }) => assert_eq!(image, missing),
+            other => panic!("expected RuntimeError::Image, got {other:?}"),
+        }
+        assert!(
+            !rt.file_exists(&spec.name, "/tmp/m").await.unwrap(),
+            "nothing ran"
+        );
+        assert!(!rt.image_present(missing).await.unwrap());
+    })
+    .await;
+}

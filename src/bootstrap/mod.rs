@@ -22,6 +22,7 @@
 mod cloud_config;
 mod decode;
 mod ignition;
+mod images;
 mod kubeadm;
 mod plan;
 mod redact;
@@ -29,6 +30,8 @@ mod runner;
 
 use std::fmt;
 use std::str::FromStr;
+
+pub use images::{Plan, Progress, import_argv, run_plan, unique};
 
 pub use redact::{REDACTED, redact};
 pub use runner::{PROGRESS_PATH, RunError, StepFailure, TAIL_CHARS, TAIL_LINES, run, steps_done};

@@ -99,7 +99,9 @@ impl BootstrapTasks {
         matches!(self.poll(uid), TaskState::Running { .. })
     }
 
-    /// Start running `steps` in `container` with a deadline. No-op if one is already running.
+    /// Start running `plan` (its steps, or a [`bootstrap::Plan`] with `preLoadImages`) in
+    /// `container` with a deadline. No-op if one is already running. Nothing of the plan runs,
+    /// and no image is read, before the task holds a slot.
     /// `on_finish` runs once the result is recorded (it wakes the machine's reconcile, so the
     /// result is picked up at once rather than at the next poll).
     pub fn start(
@@ -107,7 +109,7 @@ impl BootstrapTasks {
         uid: &str,
         runtime: Arc<dyn ContainerRuntime>,
         container: String,
-        steps: Vec<Step>,
+        plan: impl Into<bootstrap::Plan>,
         timeout: Duration,
         on_finish: impl FnOnce() + Send + 'static,
     ) {
@@ -117,7 +119,8 @@ impl BootstrapTasks {
         }
         let progress = Arc::new(Mutex::new((0usize, WAITING_FOR_SLOT.to_string())));
         let result = Arc::new(Mutex::new(None));
-        let total = steps.len();
+        let plan: bootstrap::Plan = plan.into();
+        let total = plan.total();
         let (p, r, slots) = (progress.clone(), result.clone(), self.slots.clone());
         let handle = tokio::spawn(
             async move {
@@ -126,9 +129,15 @@ impl BootstrapTasks {
                 return;
             };
             info!(%container, steps = total, "bootstrap started");
-            *lock(&p) = (0, in_one_exec(&steps));
-            let report = |i: usize, s: &Step| *lock(&p) = (i + 1, s.description.clone());
-            let run = bootstrap::run(runtime.as_ref(), &container, &steps, report);
+            let (offset, rest) = plan.runner_part();
+            *lock(&p) = if offset == 0 { (0, in_one_exec(rest)) } else { (1, plan.description(0)) };
+            let report = |at: bootstrap::Progress<'_>| {
+                *lock(&p) = match at {
+                    bootstrap::Progress::Step(i, description) => (i + 1, description),
+                    bootstrap::Progress::Runner(steps) => (0, in_one_exec(steps)),
+                }
+            };
+            let run = bootstrap::run_plan(runtime.as_ref(), &container, &plan, report);
             let finished = match tokio::time::timeout(timeout, run).await {
                 Ok(Ok(())) => Finished::Succeeded,
                 // The runner logged the failure with its output tail.
@@ -137,12 +146,18 @@ impl BootstrapTasks {
                     message: failure.to_string(),
                 },
                 Err(_) => {
-                    // The node knows how far its script got; a step-by-step run reported it.
-                    let (step, description) =
-                        match bootstrap::steps_done(runtime.as_ref(), &container).await {
-                            Some(done) if done < total => (done + 1, steps[done].description.clone()),
-                            _ => lock(&p).clone(),
-                        };
+                    // The node knows how far its script got (counted from where the runner
+                    // took over); a step-by-step run reported it.
+                    let reported = lock(&p).clone();
+                    let (step, description) = match reported {
+                        (0, _) => match bootstrap::steps_done(runtime.as_ref(), &container).await {
+                            Some(done) if offset + done < total => {
+                                (offset + done + 1, plan.description(offset + done))
+                            }
+                            _ => reported,
+                        },
+                        at => at,
+                    };
                     Finished::TimedOut {
                         step,
                         message: format!(
@@ -274,6 +289,51 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn images_are_read_only_inside_the_slot_and_once_each() {
+        // The holder's one exec succeeds; the waiter's sentinel check says "not bootstrapped".
+        let not_yet = crate::docker::ExecOutput {
+            exit_code: 1,
+            ..Default::default()
+        };
+        let rt = Arc::new(
+            FakeRuntime::answering(vec![Ok(Default::default()), Ok(not_yet)])
+                .slowed(Duration::from_millis(100)),
+        );
+        let tasks = BootstrapTasks::new(1);
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        for (uid, images) in [("holder", vec![]), ("waiter", vec!["img:1", "img:1"])] {
+            let done = done_tx.clone();
+            let plan = bootstrap::Plan {
+                steps: vec![step(1), step(2)],
+                images: bootstrap::unique(images),
+                images_after: 1,
+            };
+            tasks.start(
+                uid,
+                rt.clone(),
+                format!("node-{uid}"),
+                plan,
+                Duration::from_secs(30),
+                move || {
+                    let _ = done.send(());
+                },
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            matches!(tasks.poll("waiter"), TaskState::Running { ref description, .. } if description == WAITING_FOR_SLOT)
+        );
+        assert!(rt.imports().is_empty(), "nothing read before the slot");
+        done_rx.recv().await.unwrap();
+        done_rx.recv().await.unwrap();
+        assert_eq!(
+            rt.imports(),
+            [("node-waiter".to_string(), "img:1".to_string())]
+        );
+        assert_eq!(rt.most_at_once(), 1);
     }
 
     #[tokio::test]

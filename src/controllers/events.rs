@@ -8,6 +8,10 @@ use tracing::debug;
 
 use crate::api::conditions::{Condition, ConditionStatus, reasons};
 
+/// The API server refuses an events.k8s.io/v1 Event whose `note` is longer than this many bytes;
+/// kube-runtime's `Recorder` writes that API (and sends the note as given).
+pub const NOTE_LIMIT: usize = 1024;
+
 /// Reasons that need a person's attention.
 const WARNINGS: [&str; 12] = [
     reasons::BOOTSTRAP_FAILED,
@@ -51,13 +55,7 @@ pub async fn publish(
         after.map(Vec::as_slice).unwrap_or_default(),
     );
     for (reason, message) in warnings(before, after) {
-        let event = Event {
-            type_: EventType::Warning,
-            reason,
-            note: Some(message),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
+        let event = warning(reason, message);
         if let Err(e) = recorder.publish(&event, regarding).await {
             debug!(error = %e, "cannot publish an Event");
         }
@@ -74,13 +72,41 @@ pub async fn publish_status_rejected(
     let event = Event {
         type_: EventType::Warning,
         reason: reasons::STATUS_UPDATE_REJECTED.into(),
-        note: Some(super::error::bounded_message(message)),
+        note: Some(fit_note(message.to_string())),
         action: "UpdateStatus".into(),
         secondary: None,
     };
     if let Err(e) = recorder.publish(&event, regarding).await {
         debug!(error = %e, "cannot publish an Event");
     }
+}
+
+/// The Warning Event for one condition.
+fn warning(reason: String, message: String) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason,
+        note: Some(fit_note(message)),
+        action: "Reconcile".into(),
+        secondary: None,
+    }
+}
+
+/// `message` cut to [`NOTE_LIMIT`] bytes on a character boundary, ending in `…` when cut: an
+/// Event the API server refuses would tell nobody anything, so a long message is shortened,
+/// never dropped.
+fn fit_note(mut message: String) -> String {
+    const ELLIPSIS: char = '…';
+    if message.len() <= NOTE_LIMIT {
+        return message;
+    }
+    let mut end = NOTE_LIMIT - ELLIPSIS.len_utf8();
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.truncate(end);
+    message.push(ELLIPSIS);
+    message
 }
 
 #[cfg(test)]
@@ -94,6 +120,23 @@ mod tests {
             set(&mut out, d, Some(1), chrono::Utc::now());
         }
         out
+    }
+
+    #[test]
+    fn a_long_message_is_cut_to_fit_the_api_never_dropped() {
+        // 5000 characters, two of them two bytes long right where the cut falls.
+        let mut message = "x".repeat(1020);
+        message.push_str("éé");
+        message.push_str(&"y".repeat(5000 - 1022));
+        assert_eq!(message.chars().count(), 5000);
+        let event = warning(reasons::BOOTSTRAP_FAILED.into(), message.clone());
+        let note = event.note.expect("the message is kept");
+        assert!(note.len() <= NOTE_LIMIT, "{} bytes", note.len());
+        assert!(note.ends_with('…'), "marked as cut");
+        assert!(message.starts_with(note.trim_end_matches('…')));
+        assert!(note.len() > NOTE_LIMIT - 8, "no more is cut than needed");
+        let short = warning(reasons::BOOTSTRAP_FAILED.into(), "short".into());
+        assert_eq!(short.note.as_deref(), Some("short"));
     }
 
     #[test]

@@ -30,7 +30,6 @@ use crate::{
         conditions::{self, Desired, reasons, types},
     },
     bootstrap::{self, Format, Step},
-    docker::RuntimeError,
 };
 
 /// When the current bootstrap of the node container started (RFC 3339).
@@ -126,16 +125,19 @@ pub const BOOTSTRAP_CONDITIONS: [&str; 3] = [
 
 /// How many `preLoadImages` steps a bootstrap of `dm` has.
 fn image_steps(dm: &DockerMachine) -> usize {
-    pre_load_images(dm).count()
+    pre_load_images(dm).len()
 }
 
-fn pre_load_images(dm: &DockerMachine) -> impl Iterator<Item = &str> {
-    dm.spec
-        .pre_load_images
-        .iter()
-        .flatten()
-        .map(|i| i.trim())
-        .filter(|i| !i.is_empty())
+/// The images to import, each once however often it is listed.
+fn pre_load_images(dm: &DockerMachine) -> Vec<String> {
+    bootstrap::unique(
+        dm.spec
+            .pre_load_images
+            .iter()
+            .flatten()
+            .map(|i| i.trim())
+            .filter(|i| !i.is_empty()),
+    )
 }
 
 pub async fn reconcile(
@@ -193,7 +195,7 @@ pub async fn reconcile(
             } else if description == WAITING_FOR_SLOT {
                 (Phase::CGroups, format!("Bootstrap {description}"))
             } else {
-                let step = current_step(ctx, t.container).await;
+                let step = current_step(ctx, t.container, images).await;
                 (
                     at(step),
                     format!("Bootstrap {description}; at step {step}/{total}"),
@@ -234,7 +236,7 @@ pub async fn reconcile(
     let timeout = t.dm.bootstrap_timeout(ctx.settings.bootstrap_timeout);
     if let Some(started) = started {
         // Started by an earlier manager process: never start the commands a second time.
-        let phase = at(current_step(ctx, t.container).await);
+        let phase = at(current_step(ctx, t.container, images).await);
         let deadline = started + chrono::Duration::from_std(timeout).unwrap_or_default();
         if now < deadline {
             set(at_phase(
@@ -262,9 +264,9 @@ pub async fn reconcile(
         return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
     }
 
-    let pre_load: Vec<&str> = pre_load_images(t.dm).collect();
-    let steps = match load_steps(ctx, &ns, t.secret_name, &pre_load).await {
-        Ok(steps) => steps,
+    let pre_load = pre_load_images(t.dm);
+    let plan = match load_steps(ctx, &ns, t.secret_name, pre_load).await {
+        Ok(plan) => plan,
         // Without usable data, a node that was bootstrapped all the same (a moved cluster
         // whose status did not come along) is still recognised by its sentinel.
         Err(e) if sentinel_exists(ctx, t.container).await? => {
@@ -276,13 +278,13 @@ pub async fn reconcile(
     };
     // Record the start before starting, so that no later pass can start a second run.
     set_started_at(patcher, Some(now)).await?;
-    let total = steps.len();
+    let total = plan.total();
     let (wake, me) = (ctx.wake.clone(), ObjectRef::from_obj(t.dm));
     ctx.bootstraps.start(
         &uid,
         ctx.runtime.clone(),
         t.container.to_string(),
-        steps,
+        plan,
         timeout,
         move || {
             // The controller may be shutting down; then there is nobody to wake.
@@ -299,11 +301,14 @@ pub async fn reconcile(
 }
 
 /// The step the node's bootstrap script is at (1-based), from its progress file: one exec, only
-/// while a bootstrap runs in one exec (a step-by-step run reports its steps itself).
-async fn current_step(ctx: &Context, container: &str) -> usize {
+/// while a bootstrap runs in one exec (a step-by-step run reports its steps itself). With
+/// `images`, the script runs the steps after the wait and the imports, so a progress file means
+/// those are done.
+async fn current_step(ctx: &Context, container: &str, images: usize) -> usize {
+    let after_images = if images > 0 { 1 + images } else { 0 };
     bootstrap::steps_done(ctx.runtime.as_ref(), container)
         .await
-        .map_or(1, |done| done + 1)
+        .map_or(1, |done| after_images + done + 1)
 }
 
 /// Forget any bootstrap state of a node container that is being recreated: the new container
@@ -368,13 +373,15 @@ async fn set_started_at(patcher: &mut Patcher<'_>, at: Option<DateTime<Utc>>) ->
 
 /// The commands from the bootstrap Secret, preceded by a wait for the node's init system and
 /// container runtime and by the `preLoadImages` imports. A missing or unusable Secret blocks
-/// bootstrap: it may still be fixed or appear, so it is re-read slowly, never in a hot loop.
+/// bootstrap: it may still be fixed or appear, so it is re-read slowly, never in a hot loop. So
+/// does an image missing from the host's engine; the images themselves are only read by the
+/// bootstrap task, one at a time, once it holds a slot.
 async fn load_steps(
     ctx: &Context,
     ns: &str,
     secret_name: &str,
-    pre_load: &[&str],
-) -> Result<Vec<Step>> {
+    pre_load: Vec<String>,
+) -> Result<bootstrap::Plan> {
     let blocked = |reason, message: String, retry| {
         Err(Error::blocked(
             types::BOOTSTRAP_COMPLETED,
@@ -425,34 +432,31 @@ async fn load_steps(
         Ok(steps) => steps,
         Err(e) => return invalid(e.to_string()),
     };
-    let mut steps = vec![wait_for_init_step()];
-    for &image in pre_load {
-        match ctx.runtime.save_image(image).await {
-            Ok(tar) => steps.push(pre_load_step(image, tar)),
-            Err(RuntimeError::Image { message, .. }) => {
-                return Err(Error::blocked(
-                    types::PRE_LOADED_IMAGES_READY,
-                    reasons::IMAGE_UNAVAILABLE,
-                    format!(
-                        "preLoadImages: {image} cannot be saved from the host's Docker Engine (images are never pulled for pre-loading): {message}"
-                    ),
-                    Duration::from_secs(60),
-                ));
-            }
-            Err(e) => return Err(e.into()),
+    for image in &pre_load {
+        if !ctx.runtime.image_present(image).await? {
+            return Err(image_unavailable(image, "No such image"));
         }
     }
+    let mut steps = vec![wait_for_init_step()];
     steps.extend(commands);
-    Ok(steps)
+    Ok(bootstrap::Plan {
+        steps,
+        images: pre_load,
+        images_after: 1,
+    })
 }
 
-/// Import one `docker save` tarball into the node's containerd, where the kubelet finds it.
-fn pre_load_step(image: &str, tar: Vec<u8>) -> Step {
-    Step {
-        argv: argv(&["ctr", "--namespace=k8s.io", "images", "import", "-"]),
-        stdin: Some(tar),
-        description: format!("pre-load image {image}"),
-    }
+/// A `preLoadImages` entry the host's engine does not have: it may still be loaded there, so it
+/// is looked for again slowly.
+fn image_unavailable(image: &str, message: &str) -> Error {
+    Error::blocked(
+        types::PRE_LOADED_IMAGES_READY,
+        reasons::IMAGE_UNAVAILABLE,
+        format!(
+            "preLoadImages: {image} cannot be saved from the host's Docker Engine (images are never pulled for pre-loading): {message}"
+        ),
+        Duration::from_secs(60),
+    )
 }
 
 /// kind-style nodes (kind's marker `/kind/version`) run systemd and containerd: commands must
@@ -525,6 +529,19 @@ mod tests {
                 .iter()
                 .all(|d| d.status == conditions::ConditionStatus::True)
         );
+    }
+
+    #[test]
+    fn an_image_listed_twice_is_imported_once() {
+        let mut dm = DockerMachine::new("m", Default::default());
+        dm.spec.pre_load_images = Some(vec![
+            "kindest/haproxy:v1".into(),
+            " kindest/haproxy:v1 ".into(),
+            "".into(),
+            "busybox:1".into(),
+        ]);
+        assert_eq!(pre_load_images(&dm), ["kindest/haproxy:v1", "busybox:1"]);
+        assert_eq!(image_steps(&dm), 2);
     }
 
     #[test]

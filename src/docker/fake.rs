@@ -1,7 +1,8 @@
-//! An in-memory [`ContainerRuntime`] for unit tests: records execs, answers them from a queue
-//! (then with success), can make every exec take a while, and counts how many ran at once.
+//! An in-memory [`ContainerRuntime`] for unit tests: records execs and image imports, answers
+//! execs from a queue (then with success), can make every exec take a while, counts how many ran
+//! at once, and can lack images.
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     sync::{
         Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -12,7 +13,8 @@ use std::{
 use async_trait::async_trait;
 
 use super::{
-    ContainerInfo, ContainerRuntime, ContainerSpec, ExecOutput, NetworkSpec, RuntimeResult,
+    ContainerInfo, ContainerRuntime, ContainerSpec, ExecOutput, NetworkSpec, RuntimeError,
+    RuntimeResult,
 };
 
 /// One exec: container, argv, stdin.
@@ -25,6 +27,9 @@ pub struct FakeRuntime {
     exec_delay: Duration,
     running: AtomicUsize,
     most_at_once: AtomicUsize,
+    /// (container, image) of every import, in order.
+    imports: Mutex<Vec<(String, String)>>,
+    missing_images: BTreeSet<String>,
 }
 
 impl FakeRuntime {
@@ -47,6 +52,17 @@ impl FakeRuntime {
     pub fn slowed(mut self, delay: Duration) -> Self {
         self.exec_delay = delay;
         self
+    }
+
+    /// The same fake, without these images (their import is [`RuntimeError::Image`]).
+    pub fn without_images(mut self, images: &[&str]) -> Self {
+        self.missing_images = images.iter().map(|i| i.to_string()).collect();
+        self
+    }
+
+    /// (container, image) of every image import so far.
+    pub fn imports(&self) -> Vec<(String, String)> {
+        self.imports.lock().unwrap().clone()
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -111,7 +127,28 @@ impl ContainerRuntime for FakeRuntime {
     async fn kill(&self, _: &str, _: &str) -> RuntimeResult<()> {
         Ok(())
     }
-    async fn save_image(&self, _: &str) -> RuntimeResult<Vec<u8>> {
-        Ok(Vec::new())
+    async fn image_present(&self, image: &str) -> RuntimeResult<bool> {
+        Ok(!self.missing_images.contains(image))
+    }
+    async fn import_image(
+        &self,
+        name: &str,
+        image: &str,
+        _: &[String],
+    ) -> RuntimeResult<ExecOutput> {
+        if self.missing_images.contains(image) {
+            return Err(RuntimeError::Image {
+                image: image.to_string(),
+                message: "No such image".into(),
+            });
+        }
+        self.imports
+            .lock()
+            .unwrap()
+            .push((name.to_string(), image.to_string()));
+        if !self.exec_delay.is_zero() {
+            tokio::time::sleep(self.exec_delay).await;
+        }
+        Ok(ExecOutput::default())
     }
 }

@@ -218,9 +218,19 @@ pub trait ContainerRuntime: Send + Sync {
     /// and what was written over it, not tmpfs mounts such as `/run` (one call, no exec).
     async fn file_exists(&self, name: &str, path: &str) -> RuntimeResult<bool>;
     async fn kill(&self, name: &str, signal: &str) -> RuntimeResult<()>;
-    /// The image as a `docker save` tarball (for `preLoadImages`); a missing image is
-    /// [`RuntimeError::Image`].
-    async fn save_image(&self, image: &str) -> RuntimeResult<Vec<u8>>;
+    /// Whether the image is present locally (never pulls).
+    async fn image_present(&self, image: &str) -> RuntimeResult<bool>;
+    /// Run `argv` in the container with the image, as `docker save` writes it, on its stdin (for
+    /// `preLoadImages`): streamed from the engine's image export into the exec, a few chunks in
+    /// memory at a time whatever the image's size. A missing image is [`RuntimeError::Image`],
+    /// before anything runs; an export that breaks off is an error even if the command then
+    /// succeeds on the truncated input.
+    async fn import_image(
+        &self,
+        name: &str,
+        image: &str,
+        argv: &[String],
+    ) -> RuntimeResult<ExecOutput>;
 }
 
 /// Every container labelled with this owner UID, whatever its name. An empty UID (an object

@@ -293,9 +293,42 @@ pub fn lb_container_spec(p: &LbParams<'_>) -> ContainerSpec {
     }
 }
 
+/// The proxy variables (`HTTP_PROXY`, `HTTPS_PROXY`, either spelling) whose value carries
+/// credentials that [`proxy_env`] leaves out of node containers, for one line at start-up.
+pub fn proxy_credentials(lookup: impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
+    let keys = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
+    keys.into_iter()
+        .filter(|k| lookup(k).is_some_and(|v| without_userinfo(&v).is_none_or(|clean| clean != v)))
+        .collect()
+}
+
+/// A proxy URL without its `user:password@` part; `None` when the value cannot be read as one
+/// (whitespace or control characters, no host), so that it is left out rather than passed on.
+/// Go's proxy variables also accept `host:port` without a scheme, so no scheme is required.
+fn without_userinfo(value: &str) -> Option<String> {
+    if value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return None;
+    }
+    let (scheme, rest) = match value.split_once("://") {
+        Some((scheme, rest)) => (&value[..scheme.len() + 3], rest),
+        None => ("", value),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    // The last `@` ends the userinfo: a password may hold `@` unescaped.
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    if host.is_empty() || host.starts_with(':') {
+        return None;
+    }
+    Some(format!("{scheme}{host}{path}"))
+}
+
 /// Proxy variables for node containers, as upstream: each of `HTTP_PROXY`, `HTTPS_PROXY`,
 /// `NO_PROXY` found in the manager's environment (upper case first, then lower case) is passed in
-/// both spellings; when any is set, `NO_PROXY` is extended with the network subnets, the
+/// both spellings, except that proxy URLs lose their `user:password@` (see
+/// [`proxy_credentials`]) and a value that is no URL is left out; when any is set, `NO_PROXY` is extended with the network subnets, the
 /// container name and the in-cluster DNS suffixes. `lookup` is the environment (e.g.
 /// `|k| std::env::var(k).ok()`). Sorted by key so the spec is deterministic.
 pub fn proxy_env(
@@ -308,6 +341,12 @@ pub fn proxy_env(
         let value = lookup(key)
             .filter(|v| !v.is_empty())
             .or_else(|| lookup(&key.to_lowercase()).filter(|v| !v.is_empty()));
+        // Credentials stay with the manager: a node's environment is readable by anyone who can
+        // inspect its container or read its PID 1's environ.
+        let value = match key {
+            "NO_PROXY" => value,
+            _ => value.and_then(|v| without_userinfo(&v)),
+        };
         if let Some(v) = value {
             vars.insert(key.to_string(), v.clone());
             vars.insert(key.to_lowercase(), v);
@@ -571,5 +610,29 @@ mod tests {
             ]
         );
         assert!(proxy_env(|_| None, &[], "x").is_empty());
+    }
+
+    #[test]
+    fn proxy_credentials_never_reach_a_node() {
+        let env = |k: &str| match k {
+            "HTTP_PROXY" => Some("http://alice:s3cret@proxy.corp:3128/".to_string()),
+            "HTTPS_PROXY" => Some("bob:hunter2@proxy.corp:3129".to_string()),
+            "NO_PROXY" => Some("example.com".to_string()),
+            _ => None,
+        };
+        let got = proxy_env(env, &[], "n").join("\n");
+        for secret in ["alice", "s3cret", "bob", "hunter2", "@"] {
+            assert!(!got.contains(secret), "{secret} reached the node: {got}");
+        }
+        assert!(
+            got.contains("HTTP_PROXY=http://proxy.corp:3128/\n"),
+            "{got}"
+        );
+        assert!(got.contains("HTTPS_PROXY=proxy.corp:3129\n"), "{got}");
+        // A value that cannot be read as a URL is left out rather than passed on.
+        let bad = |k: &str| (k == "HTTP_PROXY").then(|| "http://a:b@\nproxy:1".to_string());
+        assert!(proxy_env(bad, &[], "n").is_empty());
+        assert_eq!(proxy_credentials(env), ["HTTP_PROXY", "HTTPS_PROXY"]);
+        assert!(proxy_credentials(|_| Some("http://proxy:3128".into())).is_empty());
     }
 }

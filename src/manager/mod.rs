@@ -136,6 +136,11 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
         }
     };
     info!(cgroup_v1 = settings.cgroup_v1, "Docker Engine host");
+    let with_credentials = crate::docker::specs::proxy_credentials(|k| std::env::var(k).ok());
+    if !with_credentials.is_empty() {
+        // The names only: the values hold the credentials.
+        warn!(variables = ?with_credentials, "proxy credentials are not passed to node containers: their user:password@ part was removed");
+    }
     let triggers = controllers::docker_triggers(
         events::container_events(&runtime, stop.clone()),
         controllers::FAMILIES,

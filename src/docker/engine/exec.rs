@@ -110,7 +110,7 @@ impl BollardRuntime {
     }
 
     /// The output stream has ended; the engine may take a moment to record the exit code.
-    async fn wait_exec(&self, id: &str, what: &str) -> RuntimeResult<i64> {
+    pub(super) async fn wait_exec(&self, id: &str, what: &str) -> RuntimeResult<i64> {
         let mut delay = Duration::from_millis(5);
         for _ in 0..100 {
             self.count(Op::ExecInspect);

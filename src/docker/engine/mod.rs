@@ -40,6 +40,7 @@ mod address;
 mod convert;
 mod errors;
 mod exec;
+mod import;
 
 use address::Endpoint;
 pub use address::EngineOptions;
@@ -551,22 +552,30 @@ impl ContainerRuntime for BollardRuntime {
             .map_err(|e| classify(&format!("kill container {name} with {signal}"), e))
     }
 
-    async fn save_image(&self, image: &str) -> RuntimeResult<Vec<u8>> {
-        self.count(Op::ImageSave);
-        let mut stream = self.docker.export_image(image);
-        let mut tar = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| match classify(&format!("save image {image}"), e) {
-                // The engine answers a missing image with 404: say which image.
-                RuntimeError::NotFound(m) => RuntimeError::Image {
-                    image: image.to_string(),
-                    message: m,
-                },
-                other => other,
-            })?;
-            tar.extend_from_slice(&chunk);
+    async fn image_present(&self, image: &str) -> RuntimeResult<bool> {
+        if self.knows(|k| k.images.contains(image)) {
+            return Ok(true);
         }
-        Ok(tar)
+        self.count(Op::ImageInspect);
+        match self.docker.inspect_image(image).await {
+            Ok(_) => Ok(true),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(false),
+            Err(e) => Err(classify(&format!("inspect image {image}"), e)),
+        }
+    }
+
+    async fn import_image(
+        &self,
+        name: &str,
+        image: &str,
+        argv: &[String],
+    ) -> RuntimeResult<ExecOutput> {
+        let reference = self
+            .existing_reference(name, "import an image into")
+            .await?;
+        self.run_import(&reference, image, argv).await
     }
 }
 
