@@ -320,7 +320,10 @@ fn push_block(stdin: &mut Vec<u8>, content: &[u8]) {
 fn hidden(step: &Step) -> Step {
     let words: Vec<String> = step.argv.iter().map(|a| quote(a)).collect();
     let mut stdin = Vec::new();
-    push_block(&mut stdin, format!("{} </dev/null\n", words.join(" ")).as_bytes());
+    push_block(
+        &mut stdin,
+        format!("{} </dev/null\n", words.join(" ")).as_bytes(),
+    );
     Step {
         argv: vec!["/bin/sh".into(), "-c".into(), LOADER.into()],
         stdin: Some(stdin),
@@ -1023,7 +1026,12 @@ mod tests {
         let yaml = format!(
             "write_files:\n- path: /etc/k\n  content: k\nruncmd:\n- [kubeadm, join, --token, {SECRET_WORD}]\n- echo {SECRET_WORD} > /tmp/x\n"
         );
-        commands(Format::CloudConfig, yaml.as_bytes(), &NodeOptions::default()).unwrap()
+        commands(
+            Format::CloudConfig,
+            yaml.as_bytes(),
+            &NodeOptions::default(),
+        )
+        .unwrap()
     }
 
     fn assert_no_secret_in_argv(rt: &FakeRuntime) {
@@ -1051,7 +1059,10 @@ mod tests {
         // No sentinel yet; every step then succeeds.
         let rt = FakeRuntime::answering(vec![exit(1, "", "")]);
         let mut steps = secret_plan();
-        steps.insert(0, write("/tmp/image.tar", &vec![0u8; SCRIPT_STDIN_LIMIT + 1]));
+        steps.insert(
+            0,
+            write("/tmp/image.tar", &vec![0u8; SCRIPT_STDIN_LIMIT + 1]),
+        );
         run(&rt, "n", &steps, |_, _| {}).await.unwrap();
         assert!(rt.calls().len() > steps.len(), "one exec per step");
         assert_no_secret_in_argv(&rt);
@@ -1084,7 +1095,10 @@ mod tests {
     async fn huge_output_of_a_failing_step_is_bounded_and_still_named() {
         // 12 MB of short lines on stdout, then the error and the script's marker on stderr.
         let stdout = "progress line\n".repeat((12 << 20) / 14);
-        let stderr = format!("{}fatal: it broke\n\ncapd-rs-bootstrap: step 2 exited 5\n", "warning\n".repeat(1 << 20));
+        let stderr = format!(
+            "{}fatal: it broke\n\ncapd-rs-bootstrap: step 2 exited 5\n",
+            "warning\n".repeat(1 << 20)
+        );
         let rt = FakeRuntime::answering(vec![exit(5, &stdout, &stderr)]);
         let steps = vec![write("/etc/k", b"k"), shell("kubeadm init"), shell("true")];
         let started = std::time::Instant::now();
@@ -1095,7 +1109,11 @@ mod tests {
         );
         let failure = err.step().unwrap();
         assert!(failure.output_tail.chars().count() <= TAIL_CHARS);
-        assert!(failure.output_tail.ends_with("fatal: it broke"), "{}", failure.output_tail);
+        assert!(
+            failure.output_tail.ends_with("fatal: it broke"),
+            "{}",
+            failure.output_tail
+        );
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
         // What the runtime hands back is the tail, not the 12 MB.
         let rt = FakeRuntime::answering(vec![exit(5, &stdout, &stderr)]);
