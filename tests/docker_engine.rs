@@ -544,7 +544,9 @@ async fn node_container_lifecycle() {
             .await
             .expect("size");
         assert_eq!(
-            String::from_utf8_lossy(&size.stdout).split_whitespace().next(),
+            String::from_utf8_lossy(&size.stdout)
+                .split_whitespace()
+                .next(),
             Some(payload.len().to_string().as_str())
         );
         // Reading it back keeps only the tail of the output: memory is bounded whatever a
