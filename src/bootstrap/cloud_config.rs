@@ -3,7 +3,8 @@ use serde_yaml_ng::Value;
 
 use super::plan::{Plan, display_path, normalize_path, shorten};
 use super::{
-    BootstrapError, Format, KUBEADM_IGNORE_PREFLIGHT_ERRORS, NodeOptions, decode, kubeadm, redact,
+    BootstrapError, Format, KUBEADM_IGNORE_PREFLIGHT_ERRORS, NodeOptions, decode, kubeadm, limits,
+    redact,
 };
 
 const FORMAT: Format = Format::CloudConfig;
@@ -29,6 +30,13 @@ pub(crate) fn commands(
         syntax: "UTF-8",
         message: format!("invalid byte at offset {}", e.valid_up_to()),
     })?;
+    if let Err(message) = limits::check_yaml_expansion(FORMAT, text)? {
+        return Err(BootstrapError::Syntax {
+            format: FORMAT,
+            syntax: "YAML",
+            message: parser_message(&message),
+        });
+    }
     let doc: Value = serde_yaml_ng::from_str(text).map_err(|e| BootstrapError::Syntax {
         format: FORMAT,
         syntax: "YAML",
@@ -252,15 +260,20 @@ fn write_files(
             Some(v) => scalar(v)
                 .ok_or_else(|| at(format!("content must be a string, found {}", kind(v))))?,
         };
+        // Gzip may decode to far more than its text: every file draws on one budget for the
+        // whole plan, so neither one bomb nor many files each under a bound add up.
+        let left = plan.decoded.left();
         let bytes = match encoding(entry.get("encoding")).map_err(&at)? {
             Encoding::Plain => content.into_bytes(),
             Encoding::Base64 => decode::base64(content.as_bytes()).map_err(&at)?,
-            Encoding::Gzip => decode::gunzip(content.as_bytes()).map_err(&at)?,
+            Encoding::Gzip => decode::gunzip(content.as_bytes(), left).map_err(&at)?,
             Encoding::GzipBase64 => {
                 // Base64 first, then gunzip: upstream CAPD stops after the base64 step.
-                decode::gunzip(&decode::base64(content.as_bytes()).map_err(&at)?).map_err(&at)?
+                decode::gunzip(&decode::base64(content.as_bytes()).map_err(&at)?, left)
+                    .map_err(&at)?
             }
         };
+        plan.decoded.spend(bytes.len()).map_err(&at)?;
         let mode = permissions(entry.get("permissions")).map_err(&at)?;
         let owner = match entry.get("owner") {
             None | Some(Value::Null) => String::new(),

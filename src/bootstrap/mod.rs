@@ -24,6 +24,7 @@ mod decode;
 mod ignition;
 mod images;
 mod kubeadm;
+mod limits;
 mod plan;
 mod redact;
 mod runner;
@@ -32,7 +33,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use images::{Plan, Progress, import_argv, run_plan, unique};
-
+pub use limits::{MAX_DATA_BYTES, MAX_DECODED_BYTES, MAX_YAML_NODES};
 pub use redact::{REDACTED, redact};
 pub use runner::{PROGRESS_PATH, RunError, StepFailure, TAIL_CHARS, TAIL_LINES, run, steps_done};
 
@@ -144,6 +145,24 @@ pub enum BootstrapError {
         .0.join(", ")
     )]
     UnsupportedKeys(Vec<String>),
+    /// The data is larger than any bootstrap Secret can hold.
+    #[error(
+        "{format} bootstrap data is {size} bytes, more than the {limit} bytes (1 MiB) accepted"
+    )]
+    TooLarge {
+        format: Format,
+        size: usize,
+        limit: usize,
+    },
+    /// YAML aliases expand the document far past its own text ("billion laughs").
+    #[error(
+        "{format} bootstrap data expands past {nodes} nodes or {bytes} bytes of text once its YAML aliases are expanded; use fewer aliases"
+    )]
+    Expands {
+        format: Format,
+        nodes: u64,
+        bytes: u64,
+    },
     /// Something inside the document is invalid: `location` names the entry (`write_files[2]
     /// (/etc/foo)`, `storage.files[0] (/etc/bar)`, `runcmd[3]`), `reason` says what is wrong.
     #[error("{location}: {reason}")]
@@ -169,6 +188,7 @@ pub fn commands(
     data: &[u8],
     options: &NodeOptions,
 ) -> Result<Vec<Step>, BootstrapError> {
+    limits::check_size(format, data)?;
     match format {
         Format::CloudConfig => cloud_config::commands(data, options),
         Format::Ignition => ignition::commands(data, options),

@@ -2,6 +2,7 @@
 use std::collections::HashSet;
 
 use super::Step;
+use super::limits::Decoded;
 
 /// An ordered list of steps under construction.
 #[derive(Default)]
@@ -10,6 +11,8 @@ pub(crate) struct Plan {
     /// Directories already created by an earlier `mkdir -p` in this plan, so a run of files in one
     /// directory makes it once. Forgotten after any command, which could have removed them.
     made_dirs: HashSet<String>,
+    /// What is left of the decoded file content all files of the plan may add up to.
+    pub(crate) decoded: Decoded,
 }
 
 impl Plan {

@@ -289,7 +289,50 @@ fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
-/// The whole plan as one `/bin/sh -c` exec. `$0` is the sentinel, `$1` the progress file.
+/// The only program text a bootstrap exec carries in its argv (visible in the host's process
+/// table, to anyone on the host): fixed, with no word of the bootstrap data. It reads the real
+/// script from stdin, as the first base64 block (lines ended by a `.` line, read by the shell's
+/// `read`, which reads no further than the line, so whatever follows on stdin is left for the
+/// script), and evaluates it in this shell: `$0` and `$1` stay the loader's arguments. The
+/// script never touches a file, so nothing of it is left behind in the node either.
+const LOADER: &str = concat!(
+    "command -v base64 >/dev/null 2>&1 || { echo 'base64 not found in the node image' >&2; exit 127; }\n",
+    "s=$(while IFS= read -r l; do [ \"$l\" = . ] && exit 0; printf '%s\\n' \"$l\"; done; exit 1) || { echo 'the bootstrap script ended early' >&2; exit 1; }\n",
+    "s=$(printf '%s\\n' \"$s\" | base64 -d) || { echo 'the bootstrap script is not valid base64' >&2; exit 1; }\n",
+    "eval \"$s\"\n",
+);
+
+/// `content` as a stdin block: base64 lines ended by a `.` line.
+fn push_block(stdin: &mut Vec<u8>, content: &[u8]) {
+    use base64::Engine as _;
+    let encoded = base64::engine::general_purpose::STANDARD.encode(content);
+    stdin.reserve(encoded.len() + encoded.len() / 76 + 3);
+    for line in encoded.as_bytes().chunks(76) {
+        stdin.extend_from_slice(line);
+        stdin.push(b'\n');
+    }
+    stdin.extend_from_slice(b".\n");
+}
+
+/// A step that runs `argv` exec'd through the [`LOADER`]: the words travel on stdin, the
+/// exec's argv is fixed text. Only for steps without stdin of their own (commands: runcmd
+/// entries, chmod, chown).
+fn hidden(step: &Step) -> Step {
+    let words: Vec<String> = step.argv.iter().map(|a| quote(a)).collect();
+    let mut stdin = Vec::new();
+    push_block(
+        &mut stdin,
+        format!("{} </dev/null\n", words.join(" ")).as_bytes(),
+    );
+    Step {
+        argv: vec!["/bin/sh".into(), "-c".into(), LOADER.into()],
+        stdin: Some(stdin),
+        description: step.description.clone(),
+    }
+}
+
+/// The whole plan as one exec of the [`LOADER`], which reads this script from stdin first.
+/// `$0` is the sentinel, `$1` the progress file (fixed paths, not bootstrap data).
 ///
 /// Each step is its argv as single-quoted words, stdin from `/dev/null` as when exec'd alone;
 /// a step's stdin (file content) arrives on the script's stdin as base64 lines ended by a `.`
@@ -299,7 +342,6 @@ fn quote(word: &str) -> String {
 /// Finished steps are counted in the progress file, and a re-run skips them (their stdin
 /// blocks are read and dropped, to stay aligned).
 pub(crate) fn script(steps: &[Step], sentinel: &str, progress_file: &str) -> Step {
-    use base64::Engine as _;
     let mut text = format!("m={MARKER}\n");
     text.push_str(concat!(
         "if [ -f \"$0\" ]; then echo \"$m already bootstrapped\"; exit 0; fi\n",
@@ -309,12 +351,7 @@ pub(crate) fn script(steps: &[Step], sentinel: &str, progress_file: &str) -> Ste
         "did=$(cat \"$1\" 2>/dev/null)\n",
         "case $did in ''|*[!0-9]*) did=0 ;; esac\n",
     ));
-    let mut stdin = Vec::new();
-    if steps.iter().any(|s| s.stdin.is_some()) {
-        text.push_str(
-            "i=1; command -v base64 >/dev/null 2>&1 || { echo 'base64 not found in the node image' >&2; (exit 127); } || fail\n",
-        );
-    }
+    let mut blocks = Vec::new();
     for (k, step) in steps.iter().enumerate() {
         let n = k + 1;
         let argv: Vec<String> = step.argv.iter().map(|a| quote(a)).collect();
@@ -328,25 +365,23 @@ pub(crate) fn script(steps: &[Step], sentinel: &str, progress_file: &str) -> Ste
                 text.push_str(&format!(
                     "i={n}; if [ \"$did\" -lt {n} ]; then b=$(block) || {{ echo 'the bootstrap data ended early' >&2; (exit 1); }} || fail; printf '%s\\n' \"$b\" | base64 -d | {argv} || fail; {record}; else block >/dev/null; fi\n"
                 ));
-                let encoded = base64::engine::general_purpose::STANDARD.encode(content);
-                for line in encoded.as_bytes().chunks(76) {
-                    stdin.extend_from_slice(line);
-                    stdin.push(b'\n');
-                }
-                stdin.extend_from_slice(b".\n");
+                push_block(&mut blocks, content);
             }
         }
     }
     text.push_str("[ -f \"$0\" ] || { printf '\\n%s no-sentinel\\n' \"$m\" >&2; exit 3; }\n");
+    let mut stdin = Vec::new();
+    push_block(&mut stdin, text.as_bytes());
+    stdin.extend_from_slice(&blocks);
     Step {
         argv: vec![
             "/bin/sh".into(),
             "-c".into(),
-            text,
+            LOADER.into(),
             sentinel.into(),
             progress_file.into(),
         ],
-        stdin: (!stdin.is_empty()).then_some(stdin),
+        stdin: Some(stdin),
         description: format!("{} bootstrap steps in one exec", steps.len()),
     }
 }
@@ -373,7 +408,17 @@ async fn run_each(
             description = %step.description,
             "bootstrap: running step"
         );
-        let failure = match exec_retrying(rt, container, step).await {
+        // A command's words go on stdin, through the loader; a step with stdin of its own (a
+        // file write: its path; an image import: fixed words) is exec'd as it is, its stdin
+        // streamed unchanged.
+        let wrapped;
+        let exec = if step.stdin.is_none() {
+            wrapped = hidden(step);
+            &wrapped
+        } else {
+            step
+        };
+        let failure = match exec_retrying(rt, container, exec).await {
             Ok(out) if out.success() => continue,
             Ok(out) => StepFailure {
                 index,
@@ -462,6 +507,15 @@ mod tests {
         })
     }
 
+    /// A step as `run_each` execs it.
+    fn as_execd(step: &Step) -> Step {
+        if step.stdin.is_none() {
+            hidden(step)
+        } else {
+            step.clone()
+        }
+    }
+
     fn shell(script: &str) -> Step {
         let mut plan = super::super::plan::Plan::default();
         plan.shell(script.to_string());
@@ -503,11 +557,14 @@ mod tests {
         assert_eq!(calls.len(), 3);
         for (call, step) in calls.iter().zip(&steps) {
             assert_eq!(call.0, "node-0");
-            assert_eq!(call.1, step.argv);
-            assert_eq!(call.2, step.stdin);
+            let exec = as_execd(step);
+            assert_eq!(call.1, exec.argv);
+            assert_eq!(call.2, exec.stdin);
         }
         assert_eq!(calls[0].2.as_deref(), Some(&b"secret-a"[..]));
-        assert_eq!(calls[1].2, None);
+        // The command's words went on stdin, through the loader.
+        assert_eq!(calls[1].1[2], LOADER);
+        assert!(!calls[1].1.iter().any(|a| a.contains("echo hi")));
         assert_eq!(
             *seen.lock().unwrap(),
             [
@@ -680,7 +737,7 @@ mod tests {
         // stdin reached the runtime for every write.
         let calls = rt.calls();
         for (call, step) in calls.iter().zip(&steps) {
-            assert_eq!(call.2, step.stdin);
+            assert_eq!(call.2, as_execd(step).stdin);
         }
     }
 
@@ -960,6 +1017,109 @@ mod tests {
         let err = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
         assert_eq!(err, RunError::NoSentinel);
         assert!(err.to_string().contains("was not created"), "{err}");
+    }
+
+    /// A cloud-config whose runcmd holds a secret-looking token, in both shapes of runcmd.
+    const SECRET_WORD: &str = "s3cr3t-TOKEN-wq8ZP2";
+
+    fn secret_plan() -> Vec<Step> {
+        let yaml = format!(
+            "write_files:\n- path: /etc/k\n  content: k\nruncmd:\n- [kubeadm, join, --token, {SECRET_WORD}]\n- echo {SECRET_WORD} > /tmp/x\n"
+        );
+        commands(
+            Format::CloudConfig,
+            yaml.as_bytes(),
+            &NodeOptions::default(),
+        )
+        .unwrap()
+    }
+
+    fn assert_no_secret_in_argv(rt: &FakeRuntime) {
+        let calls = rt.calls();
+        assert!(!calls.is_empty());
+        for (_, argv, _) in calls {
+            for word in argv {
+                assert!(
+                    !word.contains(SECRET_WORD) && !word.contains("kubeadm"),
+                    "runcmd text in argv: {word}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn runcmd_words_never_reach_exec_argv_in_one_exec() {
+        let rt = FakeRuntime::default();
+        run(&rt, "n", &secret_plan(), |_, _| {}).await.unwrap();
+        assert_no_secret_in_argv(&rt);
+    }
+
+    #[tokio::test]
+    async fn runcmd_words_never_reach_exec_argv_step_by_step() {
+        // No sentinel yet; every step then succeeds.
+        let rt = FakeRuntime::answering(vec![exit(1, "", "")]);
+        let mut steps = secret_plan();
+        steps.insert(
+            0,
+            write("/tmp/image.tar", &vec![0u8; SCRIPT_STDIN_LIMIT + 1]),
+        );
+        run(&rt, "n", &steps, |_, _| {}).await.unwrap();
+        assert!(rt.calls().len() > steps.len(), "one exec per step");
+        assert_no_secret_in_argv(&rt);
+    }
+
+    #[test]
+    fn the_loader_runs_steps_given_on_stdin_step_by_step() {
+        let dir = tmp("hidden");
+        let target = path(&dir, "args");
+        let mut plan = super::super::plan::Plan::default();
+        plan.command(vec![
+            "sh".into(),
+            "-c".into(),
+            "printf '%s|' \"$@\" > \"$0\"; exit 6".into(),
+            target.clone(),
+            "it's".into(),
+            SECRET_WORD.into(),
+        ]);
+        let step = hidden(&plan.into_steps()[0]);
+        assert!(!step.argv.iter().any(|a| a.contains(SECRET_WORD)));
+        let out = run_step_locally(&step);
+        assert_eq!(out.exit_code, 6, "{out:?}");
+        assert_eq!(
+            std::fs::read_to_string(&target).unwrap(),
+            format!("it's|{SECRET_WORD}|")
+        );
+    }
+
+    #[tokio::test]
+    async fn huge_output_of_a_failing_step_is_bounded_and_still_named() {
+        // 12 MB of short lines on stdout, then the error and the script's marker on stderr.
+        let stdout = "progress line\n".repeat((12 << 20) / 14);
+        let stderr = format!(
+            "{}fatal: it broke\n\ncapd-rs-bootstrap: step 2 exited 5\n",
+            "warning\n".repeat(1 << 20)
+        );
+        let rt = FakeRuntime::answering(vec![exit(5, &stdout, &stderr)]);
+        let steps = vec![write("/etc/k", b"k"), shell("kubeadm init"), shell("true")];
+        let started = std::time::Instant::now();
+        let err = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "step 2/3 failed: shell script running kubeadm exited with code 5"
+        );
+        let failure = err.step().unwrap();
+        assert!(failure.output_tail.chars().count() <= TAIL_CHARS);
+        assert!(
+            failure.output_tail.ends_with("fatal: it broke"),
+            "{}",
+            failure.output_tail
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // What the runtime hands back is the tail, not the 12 MB.
+        let rt = FakeRuntime::answering(vec![exit(5, &stdout, &stderr)]);
+        let out = rt.exec("n", &[], None).await.unwrap();
+        assert_eq!(out.stdout.len(), crate::docker::tail::EXEC_OUTPUT_TAIL);
+        assert_eq!(out.stderr.len(), crate::docker::tail::EXEC_OUTPUT_TAIL);
     }
 
     #[tokio::test]

@@ -428,9 +428,16 @@ async fn load_steps(
     let options = bootstrap::NodeOptions {
         cgroup_v1: ctx.settings.cgroup_v1,
     };
-    let commands = match bootstrap::commands(format, &value.0, &options) {
-        Ok(steps) => steps,
-        Err(e) => return invalid(e.to_string()),
+    // Parsing is CPU work over up to 1 MiB (YAML, base64, gzip): off the async workers, so a
+    // large or hostile Secret cannot stall every other reconcile.
+    let parsed =
+        tokio::task::spawn_blocking(move || bootstrap::commands(format, &value.0, &options)).await;
+    let commands = match parsed {
+        Ok(Ok(steps)) => steps,
+        Ok(Err(e)) => return invalid(e.to_string()),
+        // A panic in the parser (a bug; its message may quote the data): reported like bad
+        // data, slowly retried, never in a hot loop.
+        Err(_) => return invalid("parsing the bootstrap data failed unexpectedly".into()),
     };
     for image in &pre_load {
         if !ctx.runtime.image_present(image).await? {

@@ -1,6 +1,7 @@
 //! An in-memory [`ContainerRuntime`] for unit tests: records execs and image imports, answers
 //! execs from a queue (then with success), can make every exec take a while, counts how many ran
-//! at once, and can lack images.
+//! at once, and can lack images. Like the engine adapter, it hands back only the tail of each
+//! output stream.
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
     sync::{
@@ -12,6 +13,7 @@ use std::{
 
 use async_trait::async_trait;
 
+use super::tail::{EXEC_OUTPUT_TAIL, TailBuffer};
 use super::{
     ContainerInfo, ContainerRuntime, ContainerSpec, ExecOutput, NetworkSpec, RuntimeError,
     RuntimeResult,
@@ -75,6 +77,12 @@ impl FakeRuntime {
     }
 }
 
+fn tail(stream: &[u8]) -> Vec<u8> {
+    let mut kept = TailBuffer::new(EXEC_OUTPUT_TAIL);
+    kept.push(stream);
+    kept.into_vec()
+}
+
 #[async_trait]
 impl ContainerRuntime for FakeRuntime {
     async fn ping(&self) -> RuntimeResult<()> {
@@ -119,7 +127,13 @@ impl ContainerRuntime for FakeRuntime {
         }
         self.running.fetch_sub(1, Ordering::SeqCst);
         let answer = self.answers.lock().unwrap().pop_front();
-        answer.unwrap_or_else(|| Ok(ExecOutput::default()))
+        answer
+            .unwrap_or_else(|| Ok(ExecOutput::default()))
+            .map(|out| ExecOutput {
+                exit_code: out.exit_code,
+                stdout: tail(&out.stdout),
+                stderr: tail(&out.stderr),
+            })
     }
     async fn file_exists(&self, _: &str, _: &str) -> RuntimeResult<bool> {
         Ok(false)

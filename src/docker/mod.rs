@@ -13,5 +13,6 @@ pub mod labels;
 pub mod naming;
 pub mod runtime;
 pub mod specs;
+pub mod tail;
 
 pub use runtime::*;

@@ -154,7 +154,9 @@ pub struct NetworkSpec {
     pub labels: BTreeMap<String, String>,
 }
 
-/// Result of running a command inside a container.
+/// Result of running a command inside a container. Each stream holds at most its last
+/// [`EXEC_OUTPUT_TAIL`](super::tail::EXEC_OUTPUT_TAIL) bytes: output is bounded whatever the
+/// command prints (read a file larger than that some other way).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ExecOutput {
     pub exit_code: i64,
@@ -206,7 +208,10 @@ pub trait ContainerRuntime: Send + Sync {
     async fn start(&self, name: &str) -> RuntimeResult<()>;
     /// Force-remove a container and its anonymous volumes; a missing container is success.
     async fn remove(&self, name: &str) -> RuntimeResult<()>;
-    /// Run `argv` in the container, feeding `stdin` if given, and collect output and exit code.
+    /// Run `argv` in the container, feeding `stdin` if given, and collect the exit code and the
+    /// last [`EXEC_OUTPUT_TAIL`](super::tail::EXEC_OUTPUT_TAIL) bytes of each output stream.
+    /// `argv` is visible in the host's process table: it must never carry a secret (send those
+    /// on stdin).
     async fn exec(
         &self,
         name: &str,

@@ -4,7 +4,7 @@ use serde_json::{Map, Value};
 
 use super::cloud_config::parser_message;
 use super::plan::{Plan, display_path, normalize_path, shorten};
-use super::{BootstrapError, Format, NodeOptions, Step, decode, kubeadm};
+use super::{BootstrapError, Format, NodeOptions, Step, decode, kubeadm, limits};
 
 mod json;
 mod storage;
@@ -27,7 +27,13 @@ pub(crate) fn commands(data: &[u8], options: &NodeOptions) -> Result<Vec<Step>, 
     }
     let doc: Value = match serde_json::from_slice(data) {
         Ok(v) => v,
-        Err(json_err) => match serde_yaml_ng::from_slice::<Value>(data) {
+        Err(json_err) => match match std::str::from_utf8(data) {
+            // YAML aliases could expand far past the text (JSON has none): refused before
+            // anything is built.
+            Ok(text) => limits::check_yaml_expansion(FORMAT, text)?
+                .and_then(|()| serde_yaml_ng::from_str::<Value>(text).map_err(|e| e.to_string())),
+            Err(_) => serde_yaml_ng::from_slice::<Value>(data).map_err(|e| e.to_string()),
+        } {
             Ok(v) => v,
             Err(yaml_err) => {
                 // Report the parser the author most likely meant.
@@ -38,7 +44,7 @@ pub(crate) fn commands(data: &[u8], options: &NodeOptions) -> Result<Vec<Step>, 
                 let (syntax, message) = if looks_json {
                     ("JSON", json_err.to_string())
                 } else {
-                    ("YAML", yaml_err.to_string())
+                    ("YAML", yaml_err)
                 };
                 return Err(BootstrapError::Syntax {
                     format: FORMAT,

@@ -1,5 +1,6 @@
 //! `storage`: files, directories and links.
 use super::*;
+use crate::bootstrap::limits::Decoded;
 
 /// `user`/`group` objects (`{id}` or `{name}`) as a chown spec; `None` when root or unset.
 pub(super) fn owner(m: &Map<String, Value>, loc: &str) -> Result<Option<String>, BootstrapError> {
@@ -54,23 +55,32 @@ pub(super) fn mode(m: &Map<String, Value>, loc: &str) -> Result<Option<u32>, Boo
     }
 }
 
-/// A resource (`contents` or an `append` item): inline `data:` source, optional gzip.
-pub(super) fn resource(r: &Map<String, Value>, loc: &str) -> Result<Vec<u8>, BootstrapError> {
+/// A resource (`contents` or an `append` item): inline `data:` source, optional gzip. Its
+/// decoded size is spent from the plan's budget for all files.
+pub(super) fn resource(
+    r: &Map<String, Value>,
+    loc: &str,
+    budget: &mut Decoded,
+) -> Result<Vec<u8>, BootstrapError> {
     let bytes = match string(r, "source", loc)? {
         None | Some("") => Vec::new(),
         Some(src) => decode::data_url(src).map_err(|e| invalid(loc, e))?,
     };
-    match string(r, "compression", loc)? {
-        None | Some("") => Ok(bytes),
-        Some("gzip") => decode::gunzip(&bytes).map_err(|e| invalid(loc, e)),
-        Some(other) => Err(invalid(
-            loc,
-            format!(
-                "unsupported compression {:?} (supported: gzip)",
-                shorten(other, 16)
-            ),
-        )),
-    }
+    let bytes = match string(r, "compression", loc)? {
+        None | Some("") => bytes,
+        Some("gzip") => decode::gunzip(&bytes, budget.left()).map_err(|e| invalid(loc, e))?,
+        Some(other) => {
+            return Err(invalid(
+                loc,
+                format!(
+                    "unsupported compression {:?} (supported: gzip)",
+                    shorten(other, 16)
+                ),
+            ));
+        }
+    };
+    budget.spend(bytes.len()).map_err(|e| invalid(loc, e))?;
+    Ok(bytes)
 }
 
 pub(super) fn file(
@@ -121,16 +131,16 @@ pub(super) fn file(
         // when `contents` replaces the file: v3 append fragments are folded in first, so the
         // rewrite sees what kubeadm will read. A pure append is left alone.
         Some(contents) if !append_contents && kubeadm::is_config_path(FORMAT, &path) => {
-            let mut bytes = resource(contents, &loc)?;
+            let mut bytes = resource(contents, &loc, &mut plan.decoded)?;
             for (j, a) in appends.iter().enumerate() {
                 let aloc = format!("{loc} append[{j}]");
-                bytes.extend(resource(entry(a, &aloc)?, &aloc)?);
+                bytes.extend(resource(entry(a, &aloc)?, &aloc, &mut plan.decoded)?);
             }
             appends = &[];
             plan.write_file(&path, kubeadm::rewrite(&loc, &bytes, options)?, false);
         }
         Some(contents) => {
-            let bytes = resource(contents, &loc)?;
+            let bytes = resource(contents, &loc, &mut plan.decoded)?;
             plan.write_file(&path, fix(bytes), append_contents);
         }
         // No contents and nothing to append: create the file if missing, keep it if present.
@@ -139,7 +149,7 @@ pub(super) fn file(
     }
     for (j, a) in appends.iter().enumerate() {
         let aloc = format!("{loc} append[{j}]");
-        let bytes = resource(entry(a, &aloc)?, &aloc)?;
+        let bytes = resource(entry(a, &aloc)?, &aloc, &mut plan.decoded)?;
         plan.write_file(&path, fix(bytes), true);
     }
     if let Some(mode) = mode(m, &loc)? {

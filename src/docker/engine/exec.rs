@@ -1,6 +1,7 @@
-//! Running commands in containers: create an exec, feed stdin, collect output, wait for the exit
-//! code (the engine may close the output before it records the exit).
+//! Running commands in containers: create an exec, feed stdin, keep the tail of the output, wait
+//! for the exit code (the engine may close the output before it records the exit).
 use super::*;
+use crate::docker::tail::{EXEC_OUTPUT_TAIL, TailBuffer};
 
 impl BollardRuntime {
     pub(super) async fn run_exec(
@@ -45,8 +46,10 @@ impl BollardRuntime {
             }
         };
 
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
+        // Only the tails: a command may print without bound, and the stream is drained as it
+        // arrives, so memory stays at the bound whatever it prints.
+        let mut stdout = TailBuffer::new(EXEC_OUTPUT_TAIL);
+        let mut stderr = TailBuffer::new(EXEC_OUTPUT_TAIL);
         // Feed stdin while draining the output, so neither side can block the other.
         let writer = async {
             if let Some(data) = stdin {
@@ -60,9 +63,9 @@ impl BollardRuntime {
             while let Some(chunk) = output.next().await {
                 match chunk? {
                     LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                        stdout.extend_from_slice(&message)
+                        stdout.push(&message)
                     }
-                    LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+                    LogOutput::StdErr { message } => stderr.push(&message),
                     LogOutput::StdIn { .. } => {}
                 }
             }
@@ -102,10 +105,18 @@ impl BollardRuntime {
                 )));
             }
         }
+        if stdout.dropped() + stderr.dropped() > 0 {
+            tracing::debug!(
+                exec = %what(),
+                stdout_dropped = stdout.dropped(),
+                stderr_dropped = stderr.dropped(),
+                "exec output beyond the kept tail was dropped"
+            );
+        }
         Ok(ExecOutput {
             exit_code,
-            stdout,
-            stderr,
+            stdout: stdout.into_vec(),
+            stderr: stderr.into_vec(),
         })
     }
 
