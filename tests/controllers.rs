@@ -1271,6 +1271,7 @@ async fn a_bootstrap_that_stops_its_node_is_reported_and_not_recreated() {
             tokio::time::sleep(Duration::from_secs(left as u64 + 1)).await;
         }
         let creates = container_events(&node, "create", since, until);
+        println!("measured: {creates} container(s) created for m in its first 60 s");
         assert!(
             (1..=2).contains(&creates),
             "{creates} containers created for m in 60 s"
@@ -1343,6 +1344,7 @@ async fn a_provisioned_node_that_keeps_dying_is_restarted_on_a_backoff_and_repor
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let starts = container_events(&node, "start", since, unix_now());
+        println!("measured: {starts} starts of w0 in 60 s while its main process was killed {kills} times");
         // The schedule starts it at 0, 10 and 30 s; the engine's own on-failure retry may add
         // one after each. A start per die event gave dozens.
         assert!(
@@ -1458,6 +1460,7 @@ async fn an_invalid_custom_haproxy_config_is_refused_and_the_lb_keeps_serving() 
         let restarted = inspect(&docker, &lb).await.unwrap();
         assert!(restarted.is_running(), "haproxy runs after a restart");
         let starts = container_events(&lb, "start", since, unix_now());
+        println!("measured: {starts} LB start(s) in the 20 s after a restart");
         assert!(starts <= 2, "{starts} LB starts in 20 s");
         let stats = reqwest::get(format!("http://127.0.0.1:{}/stats", restarted.host_ports["8404/tcp"])).await.unwrap();
         assert_eq!(stats.status(), 200, "the LB serves");
