@@ -12,7 +12,14 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use axum::{Json, Router, extract::DefaultBodyLimit, routing::post};
+use axum::{
+    Json, Router,
+    extract::{DefaultBodyLimit, Request},
+    http::StatusCode,
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::post,
+};
 use kube::core::{
     Status,
     conversion::{ConversionRequest, ConversionResponse, ConversionReview},
@@ -24,7 +31,11 @@ use rustls::{
     server::{ClientHello, ResolvesServerCert},
     sign::CertifiedKey,
 };
-use tokio::{net::TcpListener, sync::mpsc};
+use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
+    net::TcpListener,
+    sync::{OwnedSemaphorePermit, Semaphore, mpsc},
+};
 use tokio_rustls::{TlsAcceptor, server::TlsStream};
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -37,9 +48,22 @@ pub const KEY_FILE: &str = "tls.key";
 const RELOAD_EVERY: Duration = Duration::from_secs(10);
 /// A client that has not finished its TLS handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// A ConversionReview holds a whole page of a list; the API server's own limit per object is
-/// 3 MiB.
-const MAX_BODY: usize = 64 << 20;
+/// The largest ConversionReview accepted. The API server converts a list in one review (all of a
+/// page's items that need it: apiextensions-apiserver's webhook converter), so a review is not
+/// bounded by the 3 MiB request limit of one object. Clients page lists by 500 (client-go's
+/// reflectors, kubectl), and our objects are a few KiB: 8 MiB holds such a page several times
+/// over, or five objects at etcd's 1.5 MiB limit. Larger bodies get 413 after at most this much
+/// was read.
+pub const MAX_BODY: usize = 8 << 20;
+/// Reviews read and converted at once; more wait (within [`REQUEST_TIMEOUT`]). With
+/// [`MAX_BODY`], bounds the memory the webhook can take to a few times 16 MiB.
+pub const MAX_IN_FLIGHT: usize = 2;
+/// Connections held at once (handshaking, idle or busy); more wait in the kernel's accept queue.
+/// The API server keeps a few connections per webhook.
+const MAX_CONNECTIONS: usize = 32;
+/// The whole request, from its headers to the answer, waiting for a slot included: the API
+/// server gives up on a conversion webhook after 30 s anyway.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
@@ -94,9 +118,28 @@ pub async fn start(
 }
 
 pub fn router() -> Router {
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     Router::new()
         .route("/convert", post(convert))
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(move |request: Request, next: Next| {
+            let slots = slots.clone();
+            bounded(slots, request, next)
+        }))
+}
+
+/// One request: a slot first (the body is read only with one), everything within
+/// [`REQUEST_TIMEOUT`] (a client sending its body slowly is cut off).
+async fn bounded(slots: Arc<Semaphore>, request: Request, next: Next) -> Response {
+    let run = async {
+        // Never closed: the semaphore lives as long as the router.
+        let _slot = slots.acquire_owned().await;
+        next.run(request).await
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, run).await {
+        Ok(response) => response,
+        Err(_) => (StatusCode::REQUEST_TIMEOUT, "request not completed in time").into_response(),
+    }
 }
 
 /// Answer one ConversionReview: all objects converted, or the first error for all of them
@@ -240,7 +283,7 @@ async fn reload(files: CertFiles, to: Arc<Reloading>) {
 /// TLS connections, handshaken concurrently (a slow or idle client delays no one) and handed to
 /// axum as they complete.
 struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<tokio::net::TcpStream>, SocketAddr)>,
+    ready: mpsc::Receiver<(Counted, SocketAddr)>,
     local: SocketAddr,
 }
 
@@ -250,8 +293,13 @@ impl TlsListener {
             .local_addr()
             .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
         let (tx, ready) = mpsc::channel(64);
+        let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
         tokio::spawn(async move {
             loop {
+                // Never closed: the semaphore lives as long as this loop.
+                let Ok(permit) = connections.clone().acquire_owned().await else {
+                    return;
+                };
                 let (stream, peer) = match tcp.accept().await {
                     Ok(c) => c,
                     Err(e) => {
@@ -265,7 +313,11 @@ impl TlsListener {
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => {
-                            let _ = handed.send((tls, peer)).await;
+                            let counted = Counted {
+                                io: tls,
+                                _permit: permit,
+                            };
+                            let _ = handed.send((counted, peer)).await;
                         }
                         Ok(Err(e)) => debug!(%peer, error = %e, "webhook TLS handshake failed"),
                         Err(_) => debug!(%peer, "webhook TLS handshake timed out"),
@@ -280,8 +332,48 @@ impl TlsListener {
     }
 }
 
+/// A connection that holds one of the [`MAX_CONNECTIONS`] places until it is dropped.
+struct Counted {
+    io: TlsStream<tokio::net::TcpStream>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<tokio::net::TcpStream>;
+    type Io = Counted;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
@@ -345,6 +437,77 @@ mod tests {
         assert!(response.result.is_failure());
         assert!(response.result.message.contains("DockerMachine m1"));
         assert!(response.converted_objects.is_empty());
+    }
+
+    /// A request body that yields 1 MiB chunks (forever, or never: `pending`), counting how many
+    /// were pulled and how many bodies were started.
+    fn body(
+        pulled: Arc<std::sync::atomic::AtomicUsize>,
+        started: Arc<std::sync::atomic::AtomicUsize>,
+        pending: bool,
+    ) -> axum::body::Body {
+        use std::sync::atomic::Ordering::SeqCst;
+        let chunks = futures::stream::unfold(false, move |first_done| {
+            let (pulled, started) = (pulled.clone(), started.clone());
+            async move {
+                if !first_done {
+                    started.fetch_add(1, SeqCst);
+                }
+                if pending {
+                    std::future::pending::<()>().await;
+                }
+                pulled.fetch_add(1, SeqCst);
+                Some((Ok::<_, io::Error>(vec![b' '; 1 << 20]), true))
+            }
+        });
+        axum::body::Body::from_stream(chunks)
+    }
+
+    fn post_convert(body: axum::body::Body) -> Request {
+        axum::http::Request::post("/convert")
+            .header("content-type", "application/json")
+            .body(body)
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_body_over_the_limit_gets_413_without_being_read_whole() {
+        use tower::Service;
+        let pulled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut app = router();
+        let response = app
+            .call(post_convert(body(pulled.clone(), started, false)))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let pulled = pulled.load(std::sync::atomic::Ordering::SeqCst);
+        // At most 8 MiB and the chunk that crossed it (64 MiB were read before the bound).
+        assert!(pulled <= 9, "{pulled} MiB read of an endless body");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_requests_beyond_the_limit_wait_and_all_time_out() {
+        use tower::Service;
+        let pulled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let app = router();
+        let slow: Vec<_> = (0..MAX_IN_FLIGHT + 3)
+            .map(|_| {
+                let mut app = app.clone();
+                let request = post_convert(body(pulled.clone(), started.clone(), true));
+                tokio::spawn(async move { app.call(request).await.unwrap().status() })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(
+            started.load(std::sync::atomic::Ordering::SeqCst),
+            MAX_IN_FLIGHT,
+            "only the slots' requests are being read; the others wait"
+        );
+        for s in slow {
+            assert_eq!(s.await.unwrap(), StatusCode::REQUEST_TIMEOUT);
+        }
     }
 
     #[test]

@@ -49,7 +49,11 @@ pub struct Flags {
     /// Port of the conversion webhook (HTTPS, `/convert`).
     #[arg(long, env = "CAPD_WEBHOOK_PORT", default_value_t = 9443)]
     pub webhook_port: u16,
-    /// Address the conversion webhook listens on.
+    /// Address the conversion webhook listens on. All addresses by default, as upstream: in a
+    /// cluster the API server reaches the Pod through a Service, i.e. on the Pod's own address.
+    /// The webhook has no client authentication (the API server presents none by default), so
+    /// its bodies, connections and request time are bounded (see `webhook.rs`); a manager run as
+    /// a host process can set 127.0.0.1.
     #[arg(long, env = "CAPD_WEBHOOK_HOST", default_value = "0.0.0.0")]
     pub webhook_host: String,
     /// Directory with the webhook's tls.crt and tls.key (a cert-manager Secret mounted there);
