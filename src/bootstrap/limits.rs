@@ -216,7 +216,7 @@ mod tests {
         let mut doc = String::from("a0: &l0 [lol]\n");
         for i in 1..levels {
             let prev = format!("*l{}", i - 1);
-            let items = vec![prev.as_str(); 10].join(", ");
+            let items = [prev.as_str(); 10].join(", ");
             doc.push_str(&format!("a{i}: &l{i} [{items}]\n"));
         }
         doc
