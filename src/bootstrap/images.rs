@@ -136,7 +136,7 @@ pub async fn run_plan(
                 Ok(out) if out.success() => return Ok(()),
                 Ok(out) => (
                     Some(out.exit_code),
-                    output_tail(&out.stdout, &out.stderr),
+                    output_tail(&out.stdout, &out.stderr, &[]),
                     None,
                 ),
                 Err(e) => (

@@ -62,9 +62,88 @@ pub fn redact(text: &str) -> String {
     text.into_owned()
 }
 
+/// The credential-like words of a bootstrap plan: a command's output may echo what the Secret
+/// holds in a shape no pattern above knows (a password, an API key, a random name), so every
+/// word of the plan's arguments and file content that looks like one is hidden in that output
+/// too. "Looks like one": at least [`SECRET_WORD_MIN`] characters with both letters and digits,
+/// so that program names, paths and flags stay readable.
+#[derive(Debug, Default)]
+pub struct SecretWords(std::collections::HashSet<String>);
+
+/// Shorter words are too common to hide without hiding the output itself.
+pub const SECRET_WORD_MIN: usize = 12;
+
+/// Word boundaries, the same for the plan and the output, so `token=<word>` and `"<word>"` in
+/// either split the same way.
+fn is_boundary(c: char) -> bool {
+    c.is_whitespace() || "\"'`,;:=()[]{}<>|&$".contains(c)
+}
+
+fn secret_like(word: &str) -> bool {
+    word.len() >= SECRET_WORD_MIN
+        && word.bytes().any(|b| b.is_ascii_digit())
+        && word.bytes().any(|b| b.is_ascii_alphabetic())
+}
+
+impl SecretWords {
+    /// The credential-like words of `texts` (argv words and stdin content of a plan's steps).
+    pub fn collect<'a>(texts: impl IntoIterator<Item = &'a [u8]>) -> Self {
+        let mut words = std::collections::HashSet::new();
+        for text in texts {
+            for word in String::from_utf8_lossy(text).split(is_boundary) {
+                if secret_like(word) {
+                    words.insert(word.to_string());
+                }
+            }
+        }
+        SecretWords(words)
+    }
+
+    /// `text` with each of these words replaced by [`REDACTED`].
+    pub fn hide(&self, text: &str) -> String {
+        if self.0.is_empty() {
+            return text.to_string();
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut word = String::new();
+        let flush = |word: &mut String, out: &mut String| {
+            if self.0.contains(word.as_str()) {
+                out.push_str(REDACTED);
+            } else {
+                out.push_str(word);
+            }
+            word.clear();
+        };
+        for c in text.chars() {
+            if is_boundary(c) {
+                flush(&mut word, &mut out);
+                out.push(c);
+            } else {
+                word.push(c);
+            }
+        }
+        flush(&mut word, &mut out);
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_of_the_plan_are_hidden_in_output() {
+        let words = SecretWords::collect([
+            b"yes canary-5e1f0c9a77d4 | head".as_slice(),
+            b"password=Hunter2Hunter2 /etc/kubernetes/admin.conf kubeadm".as_slice(),
+        ]);
+        let out = words.hide("got canary-5e1f0c9a77d4\nlogin \"Hunter2Hunter2\" from /etc/kubernetes/admin.conf by kubeadm v1.35.0");
+        assert_eq!(
+            out,
+            "got [redacted]\nlogin \"[redacted]\" from /etc/kubernetes/admin.conf by kubeadm v1.35.0"
+        );
+        assert_eq!(SecretWords::default().hide("as is"), "as is");
+    }
 
     const TOKEN: &str = "abcdef.0123456789abcdef";
     const HASH: &str = "sha256:3c5f0a8d9e7b6a5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c";

@@ -14,7 +14,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::plan::shorten;
-use super::{Step, redact};
+use super::{Step, redact, redact::SecretWords};
 use crate::docker::ContainerRuntime;
 
 /// At most this many lines of a failed step's output are kept.
@@ -209,7 +209,7 @@ pub async fn run(
                 total,
                 description: steps[index].description.clone(),
                 exit_code: Some(exit_code),
-                output_tail: output_tail(&out.stdout, &strip_marker(&out.stderr)),
+                output_tail: output_tail(&out.stdout, &strip_marker(&out.stderr), steps),
                 runtime_error: None,
             };
             tracing::warn!(
@@ -425,7 +425,7 @@ async fn run_each(
                 total,
                 description: step.description.clone(),
                 exit_code: Some(out.exit_code),
-                output_tail: output_tail(&out.stdout, &out.stderr),
+                output_tail: output_tail(&out.stdout, &out.stderr, steps),
                 runtime_error: None,
             },
             Err(err) => StepFailure {
@@ -454,8 +454,9 @@ async fn run_each(
 static ANSI: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\x1b\[[0-9;?]*[ -/]*[@-~]").unwrap());
 
 /// stdout then stderr (errors last, where the tail keeps them), redacted as a whole (so a PEM
-/// block cut by the tail is still recognised), cleaned of terminal escapes and bounded.
-pub(crate) fn output_tail(stdout: &[u8], stderr: &[u8]) -> String {
+/// block cut by the tail is still recognised), with the credential-like words of `steps` hidden,
+/// cleaned of terminal escapes and bounded.
+pub(crate) fn output_tail(stdout: &[u8], stderr: &[u8], steps: &[Step]) -> String {
     let mut text = String::from_utf8_lossy(stdout).into_owned();
     let err = String::from_utf8_lossy(stderr);
     if !text.is_empty() && !err.is_empty() && !text.ends_with('\n') {
@@ -463,7 +464,13 @@ pub(crate) fn output_tail(stdout: &[u8], stderr: &[u8]) -> String {
     }
     text.push_str(&err);
 
-    let text = redact(&text);
+    let words = SecretWords::collect(steps.iter().flat_map(|s| {
+        s.argv
+            .iter()
+            .map(|a| a.as_bytes())
+            .chain(s.stdin.as_deref())
+    }));
+    let text = words.hide(&redact(&text));
     let text = ANSI.replace_all(&text, "");
     let text: String = text
         .replace("\r\n", "\n")
@@ -744,30 +751,50 @@ mod tests {
     #[test]
     fn tail_keeps_the_last_lines_and_chars() {
         let stdout: String = (1..=100).map(|i| format!("line {i}\n")).collect();
-        let tail = output_tail(stdout.as_bytes(), b"");
+        let tail = output_tail(stdout.as_bytes(), b"", &[]);
         let lines: Vec<&str> = tail.lines().collect();
         assert_eq!(lines.len(), TAIL_LINES);
         assert_eq!(lines[0], "line 81");
         assert_eq!(lines[19], "line 100");
 
         let long = "word ".repeat(2000);
-        let tail = output_tail(b"", long.as_bytes());
+        let tail = output_tail(b"", long.as_bytes(), &[]);
         assert_eq!(tail.chars().count(), TAIL_CHARS);
         assert!(tail.starts_with('…'));
     }
 
     #[test]
     fn tail_orders_stdout_before_stderr_and_cleans_up() {
-        assert_eq!(output_tail(b"out", b"err\n"), "out\nerr");
-        assert_eq!(output_tail(b"", b""), "");
+        assert_eq!(output_tail(b"out", b"err\n", &[]), "out\nerr");
+        assert_eq!(output_tail(b"", b"", &[]), "");
         assert_eq!(
             output_tail(
                 b"\x1b[31mred\x1b[0m\r\nprogress 10%\rprogress 100%\n\x07bell",
-                b""
+                b"",
+                &[]
             ),
             "red\nprogress 10%\nprogress 100%\n?bell"
         );
-        assert_eq!(output_tail(&[0x66, 0xff, 0x6f], b""), "f\u{fffd}o");
+        assert_eq!(output_tail(&[0x66, 0xff, 0x6f], b"", &[]), "f\u{fffd}o");
+    }
+
+    #[test]
+    fn words_of_the_steps_are_hidden_in_the_tail() {
+        let step = Step {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo api-key-7Gq2x9Lm4Pz1; exit 1".into(),
+            ],
+            stdin: Some(b"password: s3cretS3cret99\n".to_vec()),
+            description: "shell script running echo".into(),
+        };
+        let tail = output_tail(
+            b"api-key-7Gq2x9Lm4Pz1\n",
+            b"bad password s3cretS3cret99",
+            &[step],
+        );
+        assert_eq!(tail, "[redacted]\nbad password [redacted]");
     }
 
     #[test]
@@ -779,7 +806,7 @@ mod tests {
         }
         out.push_str("-----END PRIVATE KEY-----\nfailed\n");
         assert_eq!(
-            output_tail(out.as_bytes(), b""),
+            output_tail(out.as_bytes(), b"", &[]),
             "[redacted PEM block]\nfailed"
         );
     }
@@ -914,7 +941,7 @@ mod tests {
         assert!(dir.join("first").exists() && !dir.join("never").exists());
         // The tail is the step's output without the script's own last line.
         assert_eq!(
-            output_tail(&out.stdout, &strip_marker(&out.stderr)),
+            output_tail(&out.stdout, &strip_marker(&out.stderr), &[]),
             "about to fail\noops"
         );
     }
