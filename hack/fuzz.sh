@@ -14,7 +14,7 @@ toolchain=${FUZZ_TOOLCHAIN:-nightly}
 sanitizer=${FUZZ_SANITIZER:-none}
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(cloud_config ignition webhook_review)
+    targets=(cloud_config ignition kubeconfig webhook_review)
 fi
 fuzz() { cargo "+$toolchain" fuzz "$@" --fuzz-dir hack/fuzz --sanitizer "$sanitizer"; }
 # One job: the machine is shared.

@@ -35,6 +35,8 @@ step "unit tests, CRD tests, Docker adapter tests, controller integration tests"
 rm -f "$CARGO_TARGET_DIR/tmp/rbac-usage.txt"
 cargo test --locked --lib --bins --test crds --test conversion --test docker_engine --test controllers --test deletion --test rbac --test hack_scripts
 cargo test --locked -p capd-runc-shim
+step "hostile inputs against one manager: its memory, its loops, its secrets (tests/hostile.rs)"
+cargo test --locked --test hostile -- --nocapture
 step "fault matrix, fast faults (they restart the API server, etcd and the engine, so they run alone)"
 hack/faults.sh --fast
 

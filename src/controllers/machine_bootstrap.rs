@@ -35,7 +35,8 @@ use crate::{
 /// When the current bootstrap of the node container started (RFC 3339).
 pub const STARTED_AT: &str = "capd-rs.x-k8s.io/bootstrap-started-at";
 /// Set when the node container stopped while its bootstrap ran: the inputs it ran with
-/// ([`crate::controllers::node::bootstrap_inputs`]). The node is not recreated until they change.
+/// ([`crate::controllers::node::bootstrap_inputs`]). The node is recreated once (an engine
+/// restart stops it too); after a second stop, not until they change.
 pub const STOPPED_DURING_BOOTSTRAP: &str = "capd-rs.x-k8s.io/node-stopped-during-bootstrap";
 /// How often a reconcile looks at a running bootstrap: a finished one wakes it at once, and the
 /// steps run in one exec, so there is little to report in between (every look is a container

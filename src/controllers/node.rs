@@ -76,9 +76,9 @@ pub fn stopped_during_bootstrap_message(name: &str, c: &ContainerInfo) -> String
         .exit_code
         .map_or_else(|| "unknown".to_string(), |code| code.to_string());
     format!(
-        "Container {name} stopped while its bootstrap commands ran (exit code {code}); a command \
-         such as poweroff, reboot or a kill of PID 1 stops a node container for good, so it is not \
-         recreated: change the bootstrap data (a new Secret on the Machine) or the DockerMachine's \
+        "Container {name} stopped twice while its bootstrap commands ran (last exit code {code}); \
+         a command such as poweroff, reboot or a kill of PID 1 stops a node container for good, so \
+         it is not recreated again: change the bootstrap data (a new Secret on the Machine) or the DockerMachine's \
          spec to try again, or delete the Machine"
     )
 }
@@ -214,7 +214,7 @@ mod tests {
         );
         let m = stopped_during_bootstrap_message("c-m", &c);
         assert!(
-            m.contains("exit code 0") && m.contains("stopped while its bootstrap"),
+            m.contains("exit code 0") && m.contains("stopped twice while its bootstrap"),
             "{m}"
         );
         // Tried again only once the inputs change.

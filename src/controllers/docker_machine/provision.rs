@@ -329,6 +329,15 @@ impl Provisioning<'_, '_> {
                 ctx.runtime.start(name).await?;
                 (ctx.runtime.inspect(name).await?.unwrap_or(c), false)
             }
+            // The first stop with these inputs gets one new container: an engine restart stops
+            // a node mid-bootstrap too, and the container cannot tell the two apart. A second
+            // stop with the same inputs is the commands' own doing.
+            node::Provisioning::StoppedDuringBootstrap(c) if reported.is_none() => {
+                info!(container = %name, exit_code = ?c.exit_code, "node container stopped while its bootstrap ran; recreating it once");
+                let created = self.recreate(owner, name, status).await?;
+                machine_bootstrap::record_stop(self.patcher, &inputs).await?;
+                created
+            }
             node::Provisioning::StoppedDuringBootstrap(_)
                 if node::retry_after_stop(reported, &inputs) =>
             {
@@ -336,11 +345,8 @@ impl Provisioning<'_, '_> {
                 self.recreate(owner, name, status).await?
             }
             node::Provisioning::StoppedDuringBootstrap(c) => {
-                if reported.is_none() {
-                    info!(container = %name, exit_code = ?c.exit_code, "node container stopped while its bootstrap ran; not recreating it");
-                    ctx.bootstraps.cancel(&uid);
-                    machine_bootstrap::record_stop(self.patcher, &inputs).await?;
-                }
+                info!(container = %name, exit_code = ?c.exit_code, "node container stopped again while its bootstrap ran; not recreating it");
+                ctx.bootstraps.cancel(&uid);
                 let message = node::stopped_during_bootstrap_message(name, &c);
                 for d in machine_bootstrap::at_phase(
                     machine_bootstrap::Phase::Commands,
