@@ -180,14 +180,21 @@ pub fn paused(why: &[String]) -> Desired {
 const MAX_MESSAGE: usize = 4096;
 
 fn cap_message(message: &str) -> String {
-    if message.len() <= MAX_MESSAGE {
+    truncate(message, MAX_MESSAGE)
+}
+
+/// `message` cut to at most `max` bytes on a character boundary, ending in `…` when cut: the one
+/// way a message that has a limit (a condition, an Event, a log line) is shortened.
+pub fn truncate(message: &str, max: usize) -> String {
+    const ELLIPSIS: char = '…';
+    if message.len() <= max {
         return message.to_string();
     }
-    let mut end = MAX_MESSAGE;
+    let mut end = max.saturating_sub(ELLIPSIS.len_utf8());
     while !message.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &message[..end])
+    format!("{}{ELLIPSIS}", &message[..end])
 }
 
 /// Set `desired` in `conditions`. `lastTransitionTime` moves only when the status changes;
@@ -345,7 +352,7 @@ mod tests {
             None,
             t(0),
         );
-        assert!(cs[0].message.len() <= MAX_MESSAGE + 4);
+        assert!(cs[0].message.len() <= MAX_MESSAGE);
     }
 
     #[test]

@@ -59,14 +59,7 @@ pub const MAX_REJECTION_MESSAGE: usize = 900;
 
 /// `message` cut to [`MAX_REJECTION_MESSAGE`] bytes at a character boundary.
 pub fn bounded_message(message: &str) -> String {
-    if message.len() <= MAX_REJECTION_MESSAGE {
-        return message.to_string();
-    }
-    let mut end = MAX_REJECTION_MESSAGE;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &message[..end])
+    crate::api::conditions::truncate(message, MAX_REJECTION_MESSAGE)
 }
 
 impl Error {

@@ -95,18 +95,8 @@ fn warning(reason: String, message: String) -> Event {
 /// `message` cut to [`NOTE_LIMIT`] bytes on a character boundary, ending in `…` when cut: an
 /// Event the API server refuses would tell nobody anything, so a long message is shortened,
 /// never dropped.
-fn fit_note(mut message: String) -> String {
-    const ELLIPSIS: char = '…';
-    if message.len() <= NOTE_LIMIT {
-        return message;
-    }
-    let mut end = NOTE_LIMIT - ELLIPSIS.len_utf8();
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    message.truncate(end);
-    message.push(ELLIPSIS);
-    message
+fn fit_note(message: String) -> String {
+    crate::api::conditions::truncate(&message, NOTE_LIMIT)
 }
 
 #[cfg(test)]

@@ -848,6 +848,33 @@ pub fn docker_lines(args: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// Seconds since the epoch (what `docker events --since/--until` take).
+pub fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// The names of the containers matching `filter` (a `docker events --filter` value such as
+/// `container=<name>` or `label=<k>=<v>`) the engine reported an `action` event (`create`,
+/// `start`) for between `since` and `until` (seconds since the epoch; `until` in the past), one
+/// entry per event.
+pub fn container_events(filter: &str, action: &str, since: i64, until: i64) -> Vec<String> {
+    docker_lines(&[
+        "events",
+        "--since",
+        &since.to_string(),
+        "--until",
+        &until.to_string(),
+        "--filter",
+        "type=container",
+        "--filter",
+        filter,
+        "--filter",
+        &format!("event={action}"),
+        "--format",
+        "{{.Actor.Attributes.name}}",
+    ])
+}
+
 /// A DockerCluster's (or DevCluster's) status says provisioned.
 pub fn cluster_provisioned(status: Option<&capd::api::DockerClusterStatus>) -> bool {
     status

@@ -84,6 +84,20 @@ pub fn config(value: Option<&[u8]>, expected: &Endpoint) -> Result<Config, Refus
     let kubeconfig = Kubeconfig::from_yaml(text).map_err(|_| Refused::NotKubeconfig)?;
     let (context, cluster_name, user_name) = current_context(&kubeconfig)?;
 
+    // The user first: what runs a program or reads a file is named before anything else.
+    let user = match user_name {
+        Some(name) => {
+            let user = kubeconfig
+                .auth_infos
+                .iter()
+                .find(|u| u.name == name)
+                .and_then(|u| u.auth_info.as_ref())
+                .ok_or_else(|| Refused::Missing(format!("users[{name}]")))?;
+            allowed_keys(user, USER_KEYS, &format!("users[{name}].user"))?;
+            user.clone()
+        }
+        None => AuthInfo::default(),
+    };
     let cluster = kubeconfig
         .clusters
         .iter()
@@ -115,19 +129,6 @@ pub fn config(value: Option<&[u8]>, expected: &Endpoint) -> Result<Config, Refus
         })?;
     let root_cert = certificates(ca)?;
 
-    let user = match user_name {
-        Some(name) => {
-            let user = kubeconfig
-                .auth_infos
-                .iter()
-                .find(|u| u.name == name)
-                .and_then(|u| u.auth_info.as_ref())
-                .ok_or_else(|| Refused::Missing(format!("users[{name}]")))?;
-            allowed_keys(user, USER_KEYS, &format!("users[{name}].user"))?;
-            user.clone()
-        }
-        None => AuthInfo::default(),
-    };
     if user.token.is_none() && user.client_certificate_data.is_none() {
         return Err(Refused::Missing(format!(
             "contexts[{context}]: a user with token or client-certificate-data"
@@ -243,11 +244,7 @@ fn certificates(data: &str) -> Result<Vec<Vec<u8>>, Refused> {
 
 /// A name or address from the Secret, bounded for a condition message.
 fn shorten(s: &str) -> String {
-    const MAX: usize = 120;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}…", &s[..i]),
-        None => s.to_string(),
-    }
+    crate::api::conditions::truncate(s, 120)
 }
 
 #[cfg(test)]
