@@ -165,10 +165,10 @@ fn kind_marker_bootstrap() -> String {
 }
 
 /// Bootstrap data that passes and leaves a node whose PID 1 dies at every later start (its idle
-/// loop's `sleep` now stops PID 1).
+/// loop's `sleep` now stops PID 1; the running one is renamed, not overwritten: "text file busy").
 fn dies_on_restart_bootstrap() -> String {
     format!(
-        "#cloud-config\nwrite_files:\n- path: /etc/capd-test/token\n  content: {CANARY}\nruncmd:\n- 'cp /bin/sleep /bin/sleep.real && printf \"#!/bin/sh\\nkill -TERM 1\\n\" > /bin/sleep && chmod +x /bin/sleep'\n{SENTINEL}"
+        "#cloud-config\nwrite_files:\n- path: /etc/capd-test/token\n  content: {CANARY}\nruncmd:\n- 'mv /bin/sleep /bin/sleep.real && printf \"#!/bin/sh\\nkill -TERM 1\\n\" > /bin/sleep && chmod +x /bin/sleep'\n{SENTINEL}"
     )
 }
 
