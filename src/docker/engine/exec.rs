@@ -3,6 +3,23 @@
 use super::*;
 use crate::docker::tail::{EXEC_OUTPUT_TAIL, TailBuffer};
 
+/// Why feeding an exec's stdin stopped early.
+pub(super) enum Fed {
+    /// The source of the input broke off: the exec is abandoned with this error.
+    Abort(RuntimeError),
+    /// The command stopped reading (it exited, or failed on its input).
+    Write(std::io::Error),
+}
+
+impl From<std::io::Error> for Fed {
+    fn from(e: std::io::Error) -> Self {
+        Fed::Write(e)
+    }
+}
+
+/// An exec's stdin, as bollard attaches it.
+pub(super) type Input = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
 impl BollardRuntime {
     pub(super) async fn run_exec(
         &self,
@@ -10,12 +27,46 @@ impl BollardRuntime {
         argv: &[String],
         stdin: Option<&[u8]>,
     ) -> RuntimeResult<ExecOutput> {
+        let len = stdin.map(<[u8]>::len);
+        self.exec_fed(
+            name,
+            argv,
+            stdin.is_some(),
+            len,
+            |mut input: Input| async move {
+                if let Some(data) = stdin {
+                    input.write_all(data).await?;
+                    input.flush().await?;
+                    input.shutdown().await?;
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
+
+    /// The one way a command runs in a container: create and start an attached exec, feed its
+    /// stdin with `feed` (when `attach_stdin`) while draining its output, keep only the tail of
+    /// each stream, and wait for its exit code. `input_len`, when known, goes into the error of a
+    /// command that stopped reading early.
+    pub(super) async fn exec_fed<F, Fut>(
+        &self,
+        name: &str,
+        argv: &[String],
+        attach_stdin: bool,
+        input_len: Option<usize>,
+        feed: F,
+    ) -> RuntimeResult<ExecOutput>
+    where
+        F: FnOnce(Input) -> Fut,
+        Fut: std::future::Future<Output = Result<(), Fed>>,
+    {
         // Only the program name: arguments may carry bootstrap secrets, and this text ends up
         // in errors, logs and conditions.
         let program = argv.first().map(String::as_str).unwrap_or("");
         let what = || format!("exec {program} in {name}");
         let config = ExecConfig {
-            attach_stdin: Some(stdin.is_some()),
+            attach_stdin: Some(attach_stdin),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(false),
@@ -36,7 +87,7 @@ impl BollardRuntime {
             .start_exec(&id, None)
             .await
             .map_err(|e| classify(&what(), e))?;
-        let (mut output, mut input) = match started {
+        let (mut output, input) = match started {
             StartExecResults::Attached { output, input } => (output, input),
             StartExecResults::Detached => {
                 return Err(RuntimeError::Unavailable(format!(
@@ -51,14 +102,7 @@ impl BollardRuntime {
         let mut stdout = TailBuffer::new(EXEC_OUTPUT_TAIL);
         let mut stderr = TailBuffer::new(EXEC_OUTPUT_TAIL);
         // Feed stdin while draining the output, so neither side can block the other.
-        let writer = async {
-            if let Some(data) = stdin {
-                input.write_all(data).await?;
-                input.flush().await?;
-                input.shutdown().await?;
-            }
-            Ok::<(), std::io::Error>(())
-        };
+        let writer = feed(input);
         let reader = async {
             while let Some(chunk) = output.next().await {
                 match chunk? {
@@ -79,31 +123,39 @@ impl BollardRuntime {
             let mut written = None;
             let read = loop {
                 tokio::select! {
-                    w = &mut writer, if written.is_none() => written = Some(w),
+                    w = &mut writer, if written.is_none() => {
+                        // A broken source is an error whatever the command made of the
+                        // truncated input: the exec is abandoned (its connection closed).
+                        if let Err(Fed::Abort(e)) = w {
+                            return Err(e);
+                        }
+                        written = Some(w);
+                    }
                     r = &mut reader => break r,
                 }
             };
             let written = written.unwrap_or_else(|| {
-                Err(std::io::Error::other(format!(
-                    "the command ended before reading all of its {}-byte input",
-                    stdin.map_or(0, <[u8]>::len)
-                )))
+                let size = input_len.map_or(String::new(), |n| format!(" {n}-byte"));
+                Err(Fed::Write(std::io::Error::other(format!(
+                    "the command ended before reading all of its{size} input"
+                ))))
             });
             (written, read)
         };
-        drop(input);
         read.map_err(|e| classify(&format!("{}: reading output", what()), e))?;
 
         let exit_code = self.wait_exec(&id, &what()).await?;
-        if let Err(e) = written {
+        match written {
+            Err(Fed::Abort(e)) => return Err(e),
             // A process that exits early closes its stdin; its exit code then tells the story.
             // With a zero exit code, though, it may have consumed a truncated input.
-            if exit_code == 0 {
+            Err(Fed::Write(e)) if exit_code == 0 => {
                 return Err(RuntimeError::Unavailable(format!(
                     "{}: writing stdin: {e}",
                     what()
                 )));
             }
+            _ => {}
         }
         if stdout.dropped() + stderr.dropped() > 0 {
             tracing::debug!(

@@ -4,17 +4,7 @@
 //! (a kind node image is hundreds of MiB, and many nodes may bootstrap at once).
 use super::*;
 
-/// At most this much of each of the command's stdout and stderr is kept (the end of it): the
-/// output of an import is a few lines, but nothing in a node bounds it.
-const OUTPUT_KEEP: usize = 64 << 10;
-
-/// Why feeding the command stopped early.
-enum Fed {
-    /// The export broke off (or was missing): the command got a truncated tarball.
-    Export(RuntimeError),
-    /// The command stopped reading (it exited, or failed on its input).
-    Write(std::io::Error),
-}
+use super::exec::{Fed, Input};
 
 impl BollardRuntime {
     pub(super) async fn run_import(
@@ -46,129 +36,18 @@ impl BollardRuntime {
             }
         };
 
-        let program = argv.first().map(String::as_str).unwrap_or("");
-        let what = || format!("exec {program} in {name}");
-        let config = ExecConfig {
-            attach_stdin: Some(true),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            cmd: Some(argv.to_vec()),
-            ..Default::default()
-        };
-        self.count(Op::ExecCreate);
-        let id = self
-            .docker
-            .create_exec(name, config)
-            .await
-            .map_err(|e| classify(&what(), e))?
-            .id;
-        self.count(Op::ExecStart);
-        let (mut output, mut input) = match self
-            .docker
-            .start_exec(&id, None)
-            .await
-            .map_err(|e| classify(&what(), e))?
-        {
-            StartExecResults::Attached { output, input } => (output, input),
-            StartExecResults::Detached => {
-                return Err(RuntimeError::Unavailable(format!(
-                    "{}: the engine did not attach the exec",
-                    what()
-                )));
-            }
-        };
-
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        let writer = async {
-            input.write_all(&first).await.map_err(Fed::Write)?;
+        // Each chunk is written before the next is read: a chunk or two in memory at a time.
+        self.exec_fed(name, argv, true, None, |mut input: Input| async move {
+            input.write_all(&first).await?;
             drop(first);
             while let Some(chunk) = export.next().await {
-                let chunk = chunk.map_err(|e| Fed::Export(missing(classify(&saving(), e))))?;
-                input.write_all(&chunk).await.map_err(Fed::Write)?;
+                let chunk = chunk.map_err(|e| Fed::Abort(missing(classify(&saving(), e))))?;
+                input.write_all(&chunk).await?;
             }
-            input.flush().await.map_err(Fed::Write)?;
-            input.shutdown().await.map_err(Fed::Write)?;
-            Ok::<(), Fed>(())
-        };
-        let reader = async {
-            while let Some(chunk) = output.next().await {
-                match chunk? {
-                    LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                        keep_tail(&mut stdout, &message)
-                    }
-                    LogOutput::StdErr { message } => keep_tail(&mut stderr, &message),
-                    LogOutput::StdIn { .. } => {}
-                }
-            }
-            Ok::<(), BollardError>(())
-        };
-        // As in `run_exec`: output ending means the process is gone, and a write still pending
-        // would wait for the engine to drop the connection.
-        let (written, read) = {
-            let mut writer = std::pin::pin!(writer);
-            let mut reader = std::pin::pin!(reader);
-            let mut written = None;
-            let read = loop {
-                tokio::select! {
-                    w = &mut writer, if written.is_none() => {
-                        // A broken export is an error whatever the command makes of the
-                        // truncated tarball: the exec is abandoned (its connection closed).
-                        if let Err(Fed::Export(e)) = w {
-                            return Err(e);
-                        }
-                        written = Some(w);
-                    }
-                    r = &mut reader => break r,
-                }
-            };
-            let written = written.unwrap_or_else(|| {
-                Err(Fed::Write(std::io::Error::other(
-                    "the command ended before reading the whole image",
-                )))
-            });
-            (written, read)
-        };
-        read.map_err(|e| classify(&format!("{}: reading output", what()), e))?;
-        let exit_code = self.wait_exec(&id, &what()).await?;
-        match written {
-            Err(Fed::Export(e)) => return Err(e),
-            // A command that exits early closes its stdin; its exit code tells the story,
-            // unless it is zero after a truncated input.
-            Err(Fed::Write(e)) if exit_code == 0 => {
-                return Err(RuntimeError::Unavailable(format!(
-                    "{}: writing the image: {e}",
-                    what()
-                )));
-            }
-            _ => {}
-        }
-        Ok(ExecOutput {
-            exit_code,
-            stdout,
-            stderr,
+            input.flush().await?;
+            input.shutdown().await?;
+            Ok(())
         })
-    }
-}
-
-/// Append `more` to `buf`, keeping only its last [`OUTPUT_KEEP`] bytes.
-fn keep_tail(buf: &mut Vec<u8>, more: &[u8]) {
-    buf.extend_from_slice(more);
-    if buf.len() > OUTPUT_KEEP {
-        buf.drain(..buf.len() - OUTPUT_KEEP);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn output_keeps_its_tail() {
-        let mut buf = Vec::new();
-        keep_tail(&mut buf, &vec![b'a'; OUTPUT_KEEP]);
-        keep_tail(&mut buf, b"end");
-        assert_eq!(buf.len(), OUTPUT_KEEP);
-        assert!(buf.ends_with(b"aend"));
+        .await
     }
 }
