@@ -16,7 +16,8 @@ targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     targets=(cloud_config ignition kubeconfig webhook_review)
 fi
-fuzz() { cargo "+$toolchain" fuzz "$@" --fuzz-dir hack/fuzz --sanitizer "$sanitizer"; }
+# cargo-fuzz's options go right after the subcommand: after `--` they would reach libFuzzer.
+fuzz() { local cmd=$1; shift; cargo "+$toolchain" fuzz "$cmd" --fuzz-dir hack/fuzz --sanitizer "$sanitizer" "$@"; }
 # One job: the machine is shared.
 CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1} fuzz build
 for t in "${targets[@]}"; do
