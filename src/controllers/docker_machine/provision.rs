@@ -13,7 +13,7 @@ use crate::{
         DockerMachine, DockerMachineStatus, Initialization, MachineAddress, MachineAddressType,
         conditions::{self, Desired, reasons, types},
     },
-    capi::IpFamily,
+    capi::{self, IpFamily},
     controllers::{
         backoff::{RestartDecision, restart_delay, restarting_message},
         context::Context,
@@ -37,16 +37,26 @@ const NODE_RETRY: Duration = Duration::from_secs(5);
 /// How often a machine whose workload kubeconfig Secret was refused reads it again.
 const KUBECONFIG_RETRY: Duration = Duration::from_secs(60);
 
-/// The DockerCluster's control-plane endpoint, where the workload client must connect.
-fn workload_endpoint(owners: &Owners) -> Option<workload::Endpoint> {
-    let e = owners
+/// Where the workload client must connect: the infrastructure cluster's control-plane endpoint,
+/// else the Cluster's (CAPI copies it there; a DevMachinePool's instances may belong to a
+/// Cluster whose infrastructure is a DockerCluster, which this controller family does not read).
+fn workload_endpoint(owners: &Owners, cluster: &capi::Cluster) -> Option<workload::Endpoint> {
+    let infra = owners
         .docker_cluster
-        .as_ref()?
+        .as_ref()
+        .and_then(|dc| dc.spec.control_plane_endpoint.as_ref())
+        .and_then(|e| endpoint(e.host.as_deref(), e.port));
+    let cluster = cluster
         .spec
         .control_plane_endpoint
-        .as_ref()?;
-    let host = e.host.as_deref().filter(|h| !h.is_empty())?;
-    let port = u16::try_from(e.port?).ok().filter(|p| *p != 0)?;
+        .as_ref()
+        .and_then(|e| endpoint(e.host.as_deref(), e.port));
+    infra.or(cluster)
+}
+
+fn endpoint(host: Option<&str>, port: Option<i32>) -> Option<workload::Endpoint> {
+    let host = host.filter(|h| !h.is_empty())?;
+    let port = u16::try_from(port?).ok().filter(|p| *p != 0)?;
     Some(workload::Endpoint {
         host: host.to_string(),
         port,
@@ -410,9 +420,9 @@ impl Provisioning<'_, '_> {
             return Ok(Some(Action::requeue(self.node_wait())));
         }
         // The workload client talks to the cluster's own endpoint and nowhere else.
-        let Some(endpoint) = workload_endpoint(self.owners) else {
+        let Some(endpoint) = workload_endpoint(self.owners, &b.cluster) else {
             debug!(%container, "waiting for the cluster's control-plane endpoint before updating the Node");
-            return Ok(Some(Action::requeue(NODE_RETRY)));
+            return Ok(Some(Action::requeue(self.node_wait())));
         };
         let outcome = match ctx
             .workload
