@@ -7,14 +7,16 @@
 #   hack/upstream-e2e.sh build                  only compile the suite (cached by a hash of its inputs)
 #   hack/upstream-e2e.sh down                   delete the kind cluster and its network
 # Labels (Ginkgo label filter syntax, e.g. 'quick-start || md-scale', or 'all'):
-#   quick-start               QuickStartSpec, default flavor (Docker* kinds, KCP + MachineDeployment),
+#   quick-start               QuickStartSpec, upstream's default flavor (Dev* kinds, KCP, MachineDeployment, CRS),
 #                             with upstream's owner-reference, finalizer and resourceVersion checks
-#   quick-start-clusterclass  QuickStartSpec, flavor development (ClusterClass quick-start, Dev* kinds)
+#   quick-start-clusterclass  QuickStartSpec, flavor topology (ClusterClass quick-start)
 #   md-scale                  MachineDeploymentScaleSpec (1 -> 3 -> 1 workers)
 #   kcp-scale                 QuickStartSpec + ScaleAndWaitControlPlane 1 -> 3 -> 1
-#   machine-pool              MachinePoolSpec (DockerMachinePool 2 -> 3 -> 1 -> 0)
+#   machine-pool              MachinePoolSpec, upstream's machine-pool flavor
 #   self-hosted               SelfHostedSpec without upgrade (clusterctl init on the workload
 #                             cluster, clusterctl move onto it and back)
+#   quick-start-ignition, quick-start-no-workers, kcp-remediation, md-remediation, kcp-adoption,
+#   node-drain, cluster-deletion   upstream's specs of those names, with upstream's inputs
 # Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
 # workload containers join it too), CAPD_IMAGE (default docker.io/capd-rs/manager:e2e, rebuilt from
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
@@ -48,33 +50,39 @@ build() {
   echo "$bin"
 }
 
-# machine_pool_flavor <dir>: cluster-template-machine-pool.yaml in <dir>, the default flavor's
-# control plane (its documents without the md-0 workers) plus data/machine-pool-workers.yaml.
-machine_pool_flavor() {
-  {
-    awk 'BEGIN { RS = "\n---\n"; ORS = "" } !/-md-0"/ { if (n++) print "\n---\n"; print }' \
-      "$REPO_ROOT/templates/cluster-template.yaml"
-    printf '\n---\n'
-    cat "$SUITE_DIR/data/machine-pool-workers.yaml"
-  } > "$1/cluster-template-machine-pool.yaml"
+# upstream_flavors <dir>: upstream's own flavors, as upstream's Makefile renders them: every
+# folder of test/e2e/data/infrastructure-docker/main in the test module of CAPI v$CAPI_VERSION
+# (Go module cache) built with kustomize (kubectl's, v5) into <dir>/<folder>.yaml, the two steps
+# of kcp-adoption joined by a document separator, and the plain ClusterClass files copied.
+# Nothing is edited: what an offline host forces is set through variables (config.yaml,
+# "Substitutions").
+upstream_flavors() {
+  local out=$1 data f name
+  data=$(cd /tmp && go mod download -json "sigs.k8s.io/cluster-api/test@v$CAPI_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  data="$data/e2e/data/infrastructure-docker/main"
+  [[ -d $data ]] || die "no $data (go mod download sigs.k8s.io/cluster-api/test@v$CAPI_VERSION)"
+  mkdir -p "$out"
+  kz() { "$KUBECTL" kustomize --load-restrictor LoadRestrictionsNone "$1"; }
+  for f in "$data"/*/; do
+    name=$(basename "$f")
+    [[ $name == bases ]] && continue  # kustomize bases, not flavors
+    if [[ -f $f/kustomization.yaml ]]; then
+      kz "$f" > "$out/$name.yaml"
+    elif [[ -f $f/step1/kustomization.yaml ]]; then
+      { kz "$f/step1"; echo "---"; kz "$f/step2"; } > "$out/$name.yaml"
+    else
+      die "$f: neither a kustomization nor step1/step2"
+    fi
+  done
+  cp "$data"/*.yaml "$out/"
+  # The CNI manifest the ClusterResourceSet of every flavor applies: podnet, baked into the node
+  # image (kindnetd's image cannot be built here), with the tag hack/node-image.sh gives it.
+  sed "s|@PODNET_IMAGE@|capd-rs/podnet:$CAPD_VERSION|g" "$HACK_DIR/node-image/podnet.yaml" > "$out/cni-podnet.yaml"
+  log "rendered $(find "$out" -name 'cluster*.yaml' | wc -l) upstream flavors and ClusterClasses into $out"
 }
 
 # down: the kind cluster, then workload containers a failed or interrupted spec left on the
 # network (only on a network of hack/kind.sh's own, never the shared `kind` one), then the network.
-# self_hosted_flavor <dir>: cluster-template-self-hosted.yaml in <dir>, the default flavor whose
-# DockerMachineTemplates also mount the host's Docker socket (capd-rs as a Pod on the workload
-# cluster talks to the same engine) and preload DOCKER_PRELOAD_IMAGES (set by the self-hosted spec).
-self_hosted_flavor() {
-  local src="$REPO_ROOT/templates/cluster-template.yaml" anchor='      customImage: ${DOCKER_NODE_IMAGE:=null}'
-  (( $(grep -cxF "$anchor" "$src") == 2 )) || die "$src: expected two DockerMachineTemplates with '$anchor'"
-  awk -v anchor="$anchor" '{ print } $0 == anchor {
-      print "      extraMounts:"
-      print "      - containerPath: /var/run/docker.sock"
-      print "        hostPath: /var/run/docker.sock"
-      print "      preLoadImages: ${DOCKER_PRELOAD_IMAGES:=[]}"
-    }' "$src" > "$1/cluster-template-self-hosted.yaml"
-}
-
 down() {
   "$HACK_DIR/kind.sh" down
   local net=$KIND_EXPERIMENTAL_DOCKER_NETWORK ids
@@ -120,10 +128,9 @@ run() {
   cfg=$("$HACK_DIR/kind-providers.sh" repo)
   repo=$(dirname "$cfg")
   version=$CAPD_VERSION
-  machine_pool_flavor "$repo/infrastructure-docker/$version"
-  self_hosted_flavor "$repo/infrastructure-docker/$version"
   local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
   mkdir -p "$artifacts"
+  upstream_flavors "$artifacts/flavors"
   if [[ -z ${ARTIFACTS:-} ]]; then  # our own runs' folders only: keep the last 5
     find "$CACHE_DIR/upstream-e2e" -mindepth 1 -maxdepth 1 -type d -name '2*' | sort | head -n -5 | xargs -r rm -rf
   fi
@@ -133,6 +140,7 @@ run() {
   (
     cd "$SUITE_DIR"
     CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version CAPD_E2E_IMAGE=$CAPD_IMAGE \
+    CAPD_E2E_FLAVORS="$artifacts/flavors" \
     CAPD_E2E_CERT_MANAGER_URL="$repo/cert-manager/v$CERT_MANAGER_VERSION/cert-manager.yaml" \
     CAPD_E2E_CERT_MANAGER_VERSION="v$CERT_MANAGER_VERSION" \
       "$bin" -test.v -test.timeout 4h -ginkgo.v -ginkgo.label-filter "$filter" \

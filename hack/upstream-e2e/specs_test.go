@@ -3,26 +3,29 @@
 package upstreame2e
 
 import (
+	"context"
 	"fmt"
-	"strings"
+	"slices"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	clusterctlcluster "sigs.k8s.io/cluster-api/cmd/clusterctl/client/cluster"
 	"sigs.k8s.io/cluster-api/test/e2e"
 	"sigs.k8s.io/cluster-api/test/framework"
 )
 
 // The specs, each under a Ginkgo label hack/upstream-e2e.sh filters on (-ginkgo.label-filter).
-// Flavors are capd-rs' own templates (templates/ of this repository, laid out by
-// hack/kind-providers.sh repo): the default one (DockerCluster, DockerMachineTemplate, KCP and a
-// MachineDeployment), `development` (ClusterClass quick-start on the Dev* kinds), plus the suite's
-// `machine-pool` and `self-hosted` flavors, which hack/upstream-e2e.sh composes from the default one.
-// Their CNI is applied by the KCP (postKubeadmCommands), so no ClusterResourceSet is involved.
+// Flavors are upstream's own (test/e2e/data/infrastructure-docker/main, rendered unchanged by
+// hack/upstream-e2e.sh): the default one (DevCluster, DevMachineTemplate, KCP, a MachineDeployment
+// and a ClusterResourceSet applying the CNI), `topology` (ClusterClass quick-start), `machine-pool`.
+// Each spec passes upstream's own input for it (test/e2e/*_test.go of the same module).
 
 var _ = Describe("When following the Cluster API quick-start", Label("quick-start"), func() {
 	e2e.QuickStartSpec(ctx, func() e2e.QuickStartSpecInput {
@@ -45,7 +48,7 @@ var _ = Describe("When following the Cluster API quick-start with ClusterClass",
 			BootstrapClusterProxy:   bootstrapClusterProxy,
 			ArtifactFolder:          artifactFolder,
 			SkipCleanup:             skipCleanup,
-			Flavor:                  ptr.To("development"),
+			Flavor:                  ptr.To("topology"),
 			PostMachinesProvisioned: upstreamQuickStartChecks(true),
 		}
 	})
@@ -112,23 +115,18 @@ var _ = Describe("When testing MachinePools", Label("machine-pool"), func() {
 
 // upstreamQuickStartChecks are the checks upstream's own quick-start runs once the machines are
 // provisioned (owner references and finalizers re-created when removed, owner references moved to
-// the served API version, resourceVersions stable), with the assertions for the Docker* kinds of
-// our default flavor derived from upstream's Dev* ones (same owners, same finalizers).
+// the served API version, resourceVersions stable), as upstream passes them for its flavors.
 func upstreamQuickStartChecks(classy bool) func(framework.ClusterProxy, string, string) {
 	return func(proxy framework.ClusterProxy, namespace, clusterName string) {
 		filter := clusterctlcluster.FilterClusterObjectsWithNameFilter(clusterName)
-		infraRefs := framework.DevInfraOwnerReferenceAssertions(classy)
-		infraFinalizers := framework.DevInfraFinalizersAssertion
-		coreFinalizers := framework.CoreFinalizersAssertionWithClassyClusters
-		if !classy {
-			infraRefs = asDockerKinds(infraRefs)
-			infraFinalizers = asDockerKinds(infraFinalizers)
-			coreFinalizers = framework.CoreFinalizersAssertionWithLegacyClusters
+		coreFinalizers := framework.CoreFinalizersAssertionWithLegacyClusters
+		if classy {
+			coreFinalizers = framework.CoreFinalizersAssertionWithClassyClusters
 		}
 		refs := []map[string]func(types.NamespacedName, []metav1.OwnerReference) error{
 			framework.CoreOwnerReferenceAssertion,
 			framework.ExpOwnerReferenceAssertions,
-			infraRefs,
+			framework.DevInfraOwnerReferenceAssertions(classy),
 			framework.KubeadmBootstrapOwnerReferenceAssertions,
 			framework.KubeadmControlPlaneOwnerReferenceAssertions(classy),
 			framework.KubernetesReferenceAssertions,
@@ -142,7 +140,7 @@ func upstreamQuickStartChecks(classy bool) func(framework.ClusterProxy, string, 
 			coreFinalizers,
 			framework.KubeadmControlPlaneFinalizersAssertion,
 			framework.ExpFinalizersAssertion,
-			infraFinalizers,
+			framework.DevInfraFinalizersAssertion,
 		)
 		By("Checking that resourceVersions are stable")
 		framework.ValidateResourceVersionStable(ctx, framework.ValidateResourceVersionStableInput{
@@ -155,22 +153,12 @@ func upstreamQuickStartChecks(classy bool) func(framework.ClusterProxy, string, 
 	}
 }
 
-// asDockerKinds re-keys upstream's assertions for DevCluster, DevMachine, ... to DockerCluster,
-// DockerMachine, ...: the Docker* kinds have the same owners and finalizers as their Dev* successors.
-func asDockerKinds[V any](m map[string]V) map[string]V {
-	out := make(map[string]V, len(m))
-	for k, v := range m {
-		out["Docker"+strings.TrimPrefix(k, "Dev")] = v
-	}
-	return out
-}
-
 // Self-hosted: the workload cluster becomes the management cluster (clusterctl init on it, then
 // clusterctl move of the cluster's own objects onto it, and back at the end). Its nodes need the
 // provider images (the spec passes them as DOCKER_PRELOAD_IMAGES, from config.yaml's images) and
-// the host's Docker socket for capd-rs running there: the suite's `self-hosted` flavor is the
-// default one with both (hack/upstream-e2e.sh composes it), and config.yaml sets
-// CAPD_EXTRA_MOUNT_ALLOW_DOCKER_SOCKET. No Kubernetes upgrade (one node image version here).
+// the host's Docker socket for capd-rs running there: upstream's default flavor mounts it, and
+// config.yaml sets CAPD_EXTRA_MOUNT_ALLOW_DOCKER_SOCKET. No Kubernetes upgrade (one node image
+// version here).
 var _ = Describe("When testing Cluster API working on self-hosted clusters", Label("self-hosted"), func() {
 	e2e.SelfHostedSpec(ctx, func() e2e.SelfHostedSpecInput {
 		return e2e.SelfHostedSpecInput{
@@ -179,10 +167,130 @@ var _ = Describe("When testing Cluster API working on self-hosted clusters", Lab
 			BootstrapClusterProxy:    bootstrapClusterProxy,
 			ArtifactFolder:           artifactFolder,
 			SkipCleanup:              skipCleanup,
-			Flavor:                   "self-hosted",
 			SkipUpgrade:              true,
 			ControlPlaneMachineCount: ptr.To[int64](1),
 			WorkerMachineCount:       ptr.To[int64](1),
+		}
+	})
+})
+
+// The other upstream specs that run on one Kubernetes version without the runtime extension, each
+// with the input upstream gives it (test/e2e/*_test.go of the same module), on upstream's flavors.
+
+var _ = Describe("When following the Cluster API quick-start with Ignition", Label("quick-start-ignition"), func() {
+	e2e.QuickStartSpec(ctx, func() e2e.QuickStartSpecInput {
+		return e2e.QuickStartSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor: ptr.To("ignition"),
+		}
+	})
+})
+
+var _ = Describe("When following the Cluster API quick-start with ClusterClass without any worker definitions", Label("quick-start-no-workers"), func() {
+	e2e.QuickStartSpec(ctx, func() e2e.QuickStartSpecInput {
+		return e2e.QuickStartSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor: ptr.To("topology-kcp-only"), WorkerMachineCount: ptr.To[int64](0),
+		}
+	})
+})
+
+var _ = Describe("When testing KCP remediation", Label("kcp-remediation"), func() {
+	e2e.KCPRemediationSpec(ctx, func() e2e.KCPRemediationSpecInput {
+		return e2e.KCPRemediationSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+		}
+	})
+})
+
+var _ = Describe("When testing MachineDeployment remediation", Label("md-remediation"), func() {
+	e2e.MachineDeploymentRemediationSpec(ctx, func() e2e.MachineDeploymentRemediationSpecInput {
+		return e2e.MachineDeploymentRemediationSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+		}
+	})
+})
+
+var _ = Describe("When testing KCP adoption", Label("kcp-adoption"), func() {
+	e2e.KCPAdoptionSpec(ctx, func() e2e.KCPAdoptionSpecInput {
+		return e2e.KCPAdoptionSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+		}
+	})
+})
+
+// Node drain: a VolumeAttachment per Node, held by a finalizer, so drain must also wait for volume
+// detach (upstream's VerifyNodeVolumeDetach).
+var _ = Describe("When testing Node drain", Label("node-drain"), func() {
+	e2e.NodeDrainTimeoutSpec(ctx, func() e2e.NodeDrainTimeoutSpecInput {
+		return e2e.NodeDrainTimeoutSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                 ptr.To("topology"),
+			VerifyNodeVolumeDetach: true,
+			CreateAdditionalResources: func(ctx context.Context, proxy framework.ClusterProxy, cluster *clusterv1.Cluster) {
+				workload := proxy.GetWorkloadCluster(ctx, cluster.Namespace, cluster.Name).GetClient()
+				nodes := &corev1.NodeList{}
+				Expect(workload.List(ctx, nodes)).To(Succeed())
+				for _, node := range nodes.Items {
+					va := &storagev1.VolumeAttachment{
+						ObjectMeta: metav1.ObjectMeta{Name: "va-" + node.Name, Finalizers: []string{"test.cluster.x-k8s.io/block"}},
+						Spec: storagev1.VolumeAttachmentSpec{
+							Attacher: "manual", NodeName: node.Name,
+							Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("foo")},
+						},
+					}
+					Expect(workload.Create(ctx, va)).To(Succeed())
+					va.Status.Attached = true
+					Expect(workload.Status().Update(ctx, va)).To(Succeed())
+				}
+			},
+		}
+	})
+})
+
+// Cluster deletion: the phases upstream checks (workers first, then the control plane, then the
+// DevCluster), each blocked by a finalizer until the spec releases it.
+var _ = Describe("When performing cluster deletion with ClusterClass", Label("cluster-deletion"), func() {
+	ownedBy := func(refs []metav1.OwnerReference, kinds ...string) bool {
+		for _, r := range refs {
+			if slices.Contains(kinds, r.Kind) {
+				return true
+			}
+		}
+		return false
+	}
+	isMachine := func(ref corev1.ObjectReference, _ []metav1.OwnerReference) bool { return ref.Kind == "Machine" }
+	e2e.ClusterDeletionSpec(ctx, func() e2e.ClusterDeletionSpecInput {
+		return e2e.ClusterDeletionSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			ControlPlaneMachineCount: ptr.To[int64](3),
+			Flavor:                   ptr.To("topology"),
+			ClusterDeletionPhases: []e2e.ClusterDeletionPhase{
+				{
+					ObjectFilter: func(ref corev1.ObjectReference, owners []metav1.OwnerReference) bool {
+						return ref.Kind == "MachineDeployment" || ref.Kind == "MachineSet" ||
+							(ref.Kind == "Machine" && ownedBy(owners, "MachineDeployment", "MachineSet"))
+					},
+					BlockingObjectFilter: isMachine,
+				},
+				{
+					ObjectFilter: func(ref corev1.ObjectReference, owners []metav1.OwnerReference) bool {
+						return ref.Kind == "KubeadmControlPlane" || (ref.Kind == "Machine" && ownedBy(owners, "KubeadmControlPlane"))
+					},
+					BlockingObjectFilter: isMachine,
+				},
+				{
+					ObjectFilter:         func(ref corev1.ObjectReference, _ []metav1.OwnerReference) bool { return ref.Kind == "DevCluster" },
+					BlockingObjectFilter: func(ref corev1.ObjectReference, _ []metav1.OwnerReference) bool { return ref.Kind == "DevCluster" },
+				},
+			},
 		}
 	})
 })

@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"sigs.k8s.io/cluster-api/test/e2e"
 	"sigs.k8s.io/cluster-api/test/framework"
 	"sigs.k8s.io/cluster-api/test/framework/clusterctl"
 	"sigs.k8s.io/cluster-api/test/framework/ginkgoextensions"
@@ -76,10 +77,13 @@ var _ = BeforeSuite(func() {
 
 	By("Creating the clusterctl local repository with the framework")
 	repo := filepath.Join(artifactFolder, "repository")
-	clusterctlConfigPath = clusterctl.CreateRepository(ctx, clusterctl.CreateRepositoryInput{
-		E2EConfig:        e2eConfig,
-		RepositoryFolder: repo,
-	})
+	repoInput := clusterctl.CreateRepositoryInput{E2EConfig: e2eConfig, RepositoryFolder: repo}
+	// As upstream's suite does: the CNI manifest named by the CNI variable goes into the flavors'
+	// ClusterResourceSet ConfigMap, in place of ${CNI_RESOURCES}.
+	cni := e2eConfig.MustGetVariable(e2e.CNIPath)
+	Expect(cni).To(BeAnExistingFile(), "the CNI variable names the CNI manifest")
+	repoInput.RegisterClusterResourceSetConfigMapTransformation(cni, e2e.CNIResources)
+	clusterctlConfigPath = clusterctl.CreateRepository(ctx, repoInput)
 	addCertManager(clusterctlConfigPath)
 
 	By("Using the existing management cluster of " + kubeconfigPath)
