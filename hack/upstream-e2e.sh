@@ -97,23 +97,13 @@ down() {
   fi
 }
 
+# summary <artifacts>: the Markdown table of every upstream Describe with this run's outcome
+# (xtask e2e-report, from the Ginkgo JSON report), written to <artifacts>/report.md.
 summary() {
-  local report=$1
-  [[ -f $report ]] || { log "no report at $report"; return; }
-  python3 - "$report" <<'EOF'
-import json, sys
-suites = json.load(open(sys.argv[1]))
-for s in suites:
-    for r in s.get("SpecReports", []):
-        if r.get("LeafNodeType") != "It" or r.get("State") == "skipped":
-            continue
-        secs = r.get("RunTime", 0) / 1e9
-        name = " ".join(r.get("ContainerHierarchyTexts", []) + [r.get("LeafNodeText", "")])
-        print(f"  {r['State'].upper():7} {secs/60:5.1f} min  {name}")
-        fail = r.get("Failure")
-        if fail:
-            print("          " + fail.get("Message", "").strip().replace("\n", "\n          ")[:2000])
-EOF
+  local dir=$1
+  [[ -f $dir/report.json ]] || { log "no report at $dir/report.json"; return; }
+  (cd "$REPO_ROOT" && cargo run -q --locked -p xtask -- e2e-report "$dir/report.json" "$dir/report.md" \
+    --heading "## Upstream e2e specs against capd-rs ($(date -u +%F), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))") || true
 }
 
 run() {
@@ -149,7 +139,7 @@ run() {
         -e2e.artifacts-folder "$artifacts" "${extra[@]}"
   ) 2>&1 | tee "$artifacts/run.log" || rc=$?
   log "summary (${filter:-all}; $(( (SECONDS - t0) / 60 )) min in all; artifacts $artifacts):"
-  summary "$artifacts/report.json"
+  summary "$artifacts"
   return "$rc"
 }
 

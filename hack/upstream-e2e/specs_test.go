@@ -294,3 +294,13 @@ var _ = Describe("When performing cluster deletion with ClusterClass", Label("cl
 		}
 	})
 })
+
+var _ = Describe("When testing KCP and MachineDeployment rolling upgrades and in-place taint propagation", Label("kcp-md-rollout"), func() {
+	e2e.KCPAndMachineDeploymentRolloutSpec(ctx, func() e2e.KCPAndMachineDeploymentRolloutSpecInput {
+		return e2e.KCPAndMachineDeploymentRolloutSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor: "kcp-md-taints",
+		}
+	})
+})

@@ -2,5 +2,6 @@
 //! shell. The integration tests write their figures with these types; the `xtask` binary turns
 //! them into the README's table and plot.
 pub mod bench;
+pub mod e2e_report;
 pub mod faults;
 pub mod soak;

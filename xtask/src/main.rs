@@ -28,6 +28,18 @@ enum Task {
         )]
         font: PathBuf,
     },
+    /// The Markdown table of every upstream e2e `Describe` with what a run of
+    /// `hack/upstream-e2e.sh` showed for it (from its Ginkgo JSON report); exits non-zero when a
+    /// spec failed.
+    E2eReport {
+        /// The run's Ginkgo JSON report.
+        json: PathBuf,
+        /// Where to write the table (it is printed too).
+        markdown: PathBuf,
+        /// The table's heading (e.g. the date and commit of the run).
+        #[arg(long, default_value = "## Upstream e2e specs against capd-rs")]
+        heading: String,
+    },
     /// Print the fault matrix as a Markdown table from the rows the fault tests wrote.
     FaultsTable {
         /// Directory of the rows (`tests/faults.rs` writes `$CARGO_TARGET_TMPDIR/faults`).
@@ -229,6 +241,20 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
             report.plot(&png, &font)?;
             print!("{}", report.markdown());
             Ok(true)
+        }
+        Task::E2eReport {
+            json,
+            markdown,
+            heading,
+        } => {
+            let text =
+                std::fs::read_to_string(&json).map_err(|e| format!("{}: {e}", json.display()))?;
+            let outcomes = xtask::e2e_report::outcomes(&text)
+                .map_err(|e| format!("{}: {e}", json.display()))?;
+            let (md, tally) = xtask::e2e_report::markdown(&outcomes, &heading);
+            std::fs::write(&markdown, &md)?;
+            print!("{md}");
+            Ok(tally.failed == 0)
         }
         Task::FaultsTable { dir, act_goal } => {
             let rows =
