@@ -44,7 +44,8 @@ recipe() {
 
 # --- the node's operating system (cached rootfs tarball; a debootstrap costs ~3 min) -------------
 
-NODE_PACKAGES=systemd,systemd-sysv,containerd,runc,containernetworking-plugins,iptables,nftables,conntrack,iproute2,ethtool,socat,kmod,mount,util-linux,procps,ca-certificates,libseccomp2,bash
+# curl and jq as in kindest/node: upstream's KCP remediation flavor runs a script that uses them.
+NODE_PACKAGES=systemd,systemd-sysv,containerd,runc,containernetworking-plugins,iptables,nftables,conntrack,iproute2,ethtool,socat,kmod,mount,util-linux,procps,ca-certificates,libseccomp2,bash,curl,jq
 customize_node_os() {
   local root=$1 p
   # As kind: no units that make no sense in a container (udev, getty, timers, anything enabled by
