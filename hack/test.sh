@@ -51,8 +51,9 @@ step "provider images for kind: CAPI managers, cert-manager, capd-rs (hack/kind-
 hack/kind-providers.sh build
 step "clusterctl init on a kind cluster, workload clusters from clusterctl generate cluster, clusterctl upgrade, move to a second kind cluster, delete"
 cargo test --locked --test kind_clusterctl -- --nocapture
-step "upstream Cluster API's QuickStart e2e spec against capd-rs on kind (hack/upstream-e2e.sh; the other five specs: hack/upstream-e2e.sh run all)"
-CAPD_IMAGE=docker.io/capd-rs/manager:kind CAPD_IMAGE_REBUILD=false hack/upstream-e2e.sh run quick-start
+step "upstream Cluster API's e2e specs on upstream's own flavors against capd-rs on kind: QuickStart, QuickStart with ClusterClass, MachineDeployment remediation (hack/upstream-e2e.sh; every other spec: hack/upstream-e2e.sh run all)"
+CAPD_IMAGE=docker.io/capd-rs/manager:kind CAPD_IMAGE_REBUILD=false \
+  hack/upstream-e2e.sh run 'quick-start || quick-start-clusterclass || md-remediation'
 step "every verb config/rbac grants was used by a test manager"
 cargo test --locked --test rbac -- --ignored every_shipped_verb_is_used
 
