@@ -1126,33 +1126,33 @@ async fn contract_edge_cases() {
         assert_eq!(inspect(&docker, &format!("{name}-lb")).await.unwrap().id, lb_id, "LB not recreated");
         assert_eq!(inspect(&docker, &m).await.unwrap().id, node_id, "node not recreated");
 
-        // A customHAProxyConfigTemplateRef is read by name: missing, or a Go template (which
-        // capd-rs does not evaluate), it blocks the load balancer with a reason.
+        // A customHAProxyConfigTemplateRef is read by name: missing, or a Go template that does
+        // not parse, it blocks the load balancer with a reason.
         let custom = format!("{}-custom", env.id);
         let custom_cluster = env.create_cluster(&ns, &custom, false).await;
         let lb_ref = json!({"spec": {"loadBalancer": {"customHAProxyConfigTemplateRef": {"name": "lbcfg"}}}});
         env.create_docker_cluster(&ns, &custom_cluster, lb_ref).await;
-        let blocked = |fragment: &'static str| {
+        let blocked = |reason: &'static str, fragment: &'static str| {
             let (env, ns, custom) = (&env, &ns, &custom);
             async move {
                 eventually(LONG, fragment, || async {
                     env.docker_cluster(ns, custom).await.filter(|dc| {
                         dc.cond("LoadBalancerAvailable")
-                            .is_some_and(|c| c.reason == "InvalidSpec" && c.message.contains(fragment))
+                            .is_some_and(|c| c.reason == reason && c.message.contains(fragment))
                     })
                 })
                 .await
             }
         };
-        blocked("ConfigMap").await;
+        blocked("InvalidSpec", "ConfigMap").await;
         let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), &ns);
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lbcfg"}, "data": {"value": "frontend x\n  bind *:{{ .FrontendControlPlanePort }}\n"}});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lbcfg"}, "data": {"value": "frontend x\n  bind *:{{ .FrontendControlPlanePort \n"}});
         cms.create(&Default::default(), &serde_json::from_value(cm).unwrap()).await.unwrap();
         // ConfigMaps are not watched (a blocked cluster looks again within a minute); a change
         // to the DockerCluster is seen at once.
         let touch = json!({"metadata": {"annotations": {"capd-rs.test/touch": "cm"}}});
         dcs.patch(&custom, &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
-        blocked("Go template").await;
+        blocked("InvalidHAProxyConfigTemplate", "cannot parse the template").await;
         assert!(inspect(&docker, &format!("{custom}-lb")).await.is_none(), "no LB from a config we cannot render");
     })
     .await;
@@ -1378,6 +1378,62 @@ frontend stats
   stats enable
   stats uri /stats
 ";
+
+/// An upstream-style Go template (upstream's data model and `JoinHostPort`); haproxy accepts
+/// a backend without servers, so the `else` branch renders one that never answers.
+const GO_TEMPLATE_HAPROXY_CFG: &str = "# rendered from a Go template, ipv6={{ .IPv6 }}
+global
+  daemon
+defaults
+  mode tcp
+  timeout connect 5000
+  timeout client 50000
+  timeout server 50000
+frontend control-plane
+  bind *:{{ .FrontendControlPlanePort }}
+  {{ if .IPv6 -}} bind :::{{ .FrontendControlPlanePort }}; {{- end }}
+  default_backend kube-apiservers
+backend kube-apiservers
+{{- range $server, $backend := .BackendServers }}
+  server {{ $server }} {{ JoinHostPort $backend.Address $.BackendControlPlanePort }} weight {{ $backend.Weight }}
+{{- else }}
+  server none {{ JoinHostPort \"127.0.0.1\" \"1\" }}
+{{- end }}
+frontend stats
+  mode http
+  bind *:8404
+  stats enable
+  stats uri /stats
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_template_custom_haproxy_config_is_rendered_into_the_lb() {
+    let mut env = TestEnv::new("hatmpl").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        let lb = format!("{name}-lb");
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lbtmpl"}, "data": {"value": GO_TEMPLATE_HAPROXY_CFG}});
+        cms.create(&Default::default(), &serde_json::from_value(cm).unwrap()).await.unwrap();
+        let cluster = env.create_cluster(&ns, &name, false).await;
+        let spec = json!({"spec": {"loadBalancer": {"customHAProxyConfigTemplateRef": {"name": "lbtmpl"}}}});
+        env.create_docker_cluster(&ns, &cluster, spec).await;
+        eventually(LONG, "DockerCluster provisioned with the Go template", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| cluster_provisioned(dc.status.as_ref()))
+        })
+        .await;
+        let cfg = haproxy_cfg(&lb).await;
+        println!("rendered haproxy.cfg:\n{cfg}");
+        assert!(cfg.starts_with("# rendered from a Go template, ipv6=false\n"), "{cfg}");
+        assert!(cfg.contains("\n  bind *:6443\n"), "frontend port from the data: {cfg}");
+        assert!(!cfg.contains("bind :::"), "no IPv6 bind for an IPv4 cluster: {cfg}");
+        assert!(cfg.contains("\nbackend kube-apiservers\n  server none 127.0.0.1:1\nfrontend stats"), "range else and JoinHostPort: {cfg}");
+        assert!(!cfg.contains("{{"), "no template text left: {cfg}");
+    })
+    .await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_custom_haproxy_config_is_refused_and_the_lb_keeps_serving() {

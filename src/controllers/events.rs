@@ -81,6 +81,33 @@ pub async fn publish_status_rejected(
     }
 }
 
+/// One Warning Event naming the cloud-config modules a node's bootstrap accepted but cannot
+/// honour (`ntp`, `mounts`, ...): names only, never values. Best effort.
+pub async fn publish_modules_skipped(
+    recorder: &Recorder,
+    regarding: &ObjectReference,
+    skipped: &[String],
+) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reasons::BOOTSTRAP_MODULES_SKIPPED.into(),
+        note: Some(fit_note(skipped_message(skipped))),
+        action: "Bootstrap".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, regarding).await {
+        debug!(error = %e, "cannot publish an Event");
+    }
+}
+
+/// The note of [`publish_modules_skipped`].
+pub fn skipped_message(skipped: &[String]) -> String {
+    format!(
+        "cloud-config modules skipped (a kind-style node cannot honour them): {}",
+        skipped.join(", ")
+    )
+}
+
 /// The Warning Event for one condition.
 fn warning(reason: String, message: String) -> Event {
     Event {
