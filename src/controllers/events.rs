@@ -13,12 +13,13 @@ use crate::api::conditions::{Condition, ConditionStatus, reasons};
 pub const NOTE_LIMIT: usize = 1024;
 
 /// Reasons that need a person's attention.
-const WARNINGS: [&str; 12] = [
+const WARNINGS: [&str; 13] = [
     reasons::BOOTSTRAP_FAILED,
     reasons::BOOTSTRAP_TIMED_OUT,
     reasons::NODE_STOPPED_DURING_BOOTSTRAP,
     reasons::CONTAINER_RESTARTING,
     reasons::INVALID_HAPROXY_CONFIG,
+    reasons::INVALID_HAPROXY_CONFIG_TEMPLATE,
     reasons::BOOTSTRAP_DATA_INVALID,
     reasons::BOOTSTRAP_DATA_NOT_FOUND,
     reasons::NAME_CONFLICT,
