@@ -357,6 +357,147 @@ async fn paused_objects_are_left_alone_until_resumed() {
     .await;
 }
 
+/// Bootstrap data in the shape CABPK renders from a KubeadmConfig with `users`, `ntp`,
+/// `bootCommands` and `mounts` (refused as unsupported keys before), in an `Opaque` Secret
+/// (refused for its type before).
+const BOOTSTRAP_CABPK_MODULES: &str = r#"#cloud-config
+write_files:
+- path: /etc/capd-test/plain.txt
+  content: written by write_files
+bootcmd:
+- mkdir -p /etc/capd-test && echo boot >> /etc/capd-test/order
+runcmd:
+- echo "run $(id -u capi)" >> /etc/capd-test/order
+- [sh, -c, 'mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete']
+ntp:
+  enabled: true
+  servers: [time.example.com]
+users:
+- name: capi
+  gecos: Cluster API
+  groups: [adm, capd-ops]
+  shell: /bin/sh
+  sudo: ALL=(ALL) NOPASSWD:ALL
+  ssh_authorized_keys:
+  - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForCapdTests capi@test
+mounts:
+- [LABEL=data, /var/lib/data]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cabpk_modules_create_the_user_run_bootcmd_first_and_warn_once() {
+    let mut env = TestEnv::new("users").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let docker = docker().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        env.provisioned_cluster(&ns, &name).await;
+        env.create_secret_of_type(&ns, "cabpk", Some(BOOTSTRAP_CABPK_MODULES), None, "Opaque")
+            .await;
+        env.create_machine(&ns, &name, "m-users", false, Some("cabpk"), node_spec())
+            .await;
+        eventually(LONG, "m-users provisioned", || async {
+            env.docker_machine(&ns, "m-users")
+                .await
+                .filter(fully_provisioned)
+        })
+        .await;
+        let node = format!("{name}-m-users");
+        let sh = |script: &'static str| {
+            let (docker, node) = (&docker, &node);
+            async move {
+                let (code, out) = exec(docker, node, script).await;
+                assert_eq!(code, 0, "{script}: {out}");
+                out
+            }
+        };
+        // bootcmd ran before everything, runcmd after the user existed.
+        let uid = sh("id -u capi").await;
+        assert_eq!(
+            sh("cat /etc/capd-test/order").await,
+            format!("boot\nrun {uid}")
+        );
+        let groups = sh("id -nG capi").await;
+        assert!(
+            groups.split(' ').any(|g| g == "adm") && groups.split(' ').any(|g| g == "capd-ops"),
+            "{groups}"
+        );
+        assert_eq!(
+            sh("getent passwd capi | cut -d: -f5,6,7").await,
+            "Cluster API:/home/capi:/bin/sh"
+        );
+        assert_eq!(
+            sh("cat /home/capi/.ssh/authorized_keys").await,
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForCapdTests capi@test"
+        );
+        assert_eq!(
+            sh("stat -c '%U %a' /home/capi/.ssh /home/capi/.ssh/authorized_keys").await,
+            "capi 700\ncapi 600"
+        );
+        assert_eq!(
+            sh("cat /etc/sudoers.d/90-cloud-init-users").await,
+            "capi ALL=(ALL) NOPASSWD:ALL"
+        );
+        assert_eq!(
+            sh("stat -c '%a' /etc/sudoers.d/90-cloud-init-users").await,
+            "440"
+        );
+        assert_eq!(
+            sh("cat /etc/capd-test/plain.txt").await,
+            "written by write_files"
+        );
+
+        // One Warning Event naming the skipped modules, however often the machine reconciles.
+        let skipped_events = || async {
+            let events: Api<k8s_openapi::api::events::v1::Event> =
+                Api::namespaced(env.client.clone(), &ns);
+            events
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("m-users")
+                        && e.reason.as_deref() == Some("BootstrapModulesSkipped")
+                })
+                .collect::<Vec<_>>()
+        };
+        let first = eventually(LONG, "BootstrapModulesSkipped Event", || async {
+            let found = skipped_events().await;
+            (!found.is_empty()).then_some(found)
+        })
+        .await;
+        let note = first[0].note.clone().unwrap_or_default();
+        assert_eq!(first[0].type_.as_deref(), Some("Warning"));
+        assert!(note.ends_with(": ntp, mounts"), "{note}");
+        let dms: Api<DockerMachine> = Api::namespaced(env.client.clone(), &ns);
+        for i in 0..3 {
+            let touch = json!({"metadata": {"annotations": {"capd-rs.test/touch": i.to_string()}}});
+            dms.patch("m-users", &PatchParams::default(), &Patch::Merge(&touch))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        let again = skipped_events().await;
+        let count: i32 = again
+            .iter()
+            .map(|e| e.deprecated_count.unwrap_or(1).max(1))
+            .sum();
+        let series: i32 = again
+            .iter()
+            .filter_map(|e| e.series.as_ref().map(|s| s.count))
+            .sum();
+        assert_eq!(
+            (again.len(), count, series),
+            (1, 1, 0),
+            "one Event, not one per reconcile: {again:?}"
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_and_invalid_bootstrap_data_give_conditions() {
     let mut env = TestEnv::new("fail").await;
@@ -373,14 +514,12 @@ async fn failing_and_invalid_bootstrap_data_give_conditions() {
         env.create_secret(&ns, "novalue", None, None).await;
         env.create_secret(&ns, "badformat", Some("x"), Some("cloud-init-v9")).await;
         env.create_secret(&ns, "garbage", Some("#cloud-config\nwrite_files: [unclosed\n"), None).await;
-        env.create_secret_of_type(&ns, "opaque", Some(BOOTSTRAP_OK), None, "Opaque").await;
         let cases = [
             ("m-fail", Some("failing"), "BootstrapFailed", vec!["failed: shell script running echo exited with code 3"]),
             ("m-missing", Some("does-not-exist"), "BootstrapDataNotFound", vec!["not found"]),
             ("m-novalue", Some("novalue"), "BootstrapDataInvalid", vec!["has no key \"value\""]),
             ("m-badformat", Some("badformat"), "BootstrapDataInvalid", vec!["cloud-init-v9"]),
             ("m-garbage", Some("garbage"), "BootstrapDataInvalid", vec!["YAML"]),
-            ("m-opaque", Some("opaque"), "BootstrapDataInvalid", vec!["type \"Opaque\"", "cluster.x-k8s.io/secret"]),
         ];
         for (m, secret, _, _) in &cases {
             env.create_machine(&ns, &name, m, false, *secret, node_spec()).await;
@@ -1126,33 +1265,33 @@ async fn contract_edge_cases() {
         assert_eq!(inspect(&docker, &format!("{name}-lb")).await.unwrap().id, lb_id, "LB not recreated");
         assert_eq!(inspect(&docker, &m).await.unwrap().id, node_id, "node not recreated");
 
-        // A customHAProxyConfigTemplateRef is read by name: missing, or a Go template (which
-        // capd-rs does not evaluate), it blocks the load balancer with a reason.
+        // A customHAProxyConfigTemplateRef is read by name: missing, or a Go template that does
+        // not parse, it blocks the load balancer with a reason.
         let custom = format!("{}-custom", env.id);
         let custom_cluster = env.create_cluster(&ns, &custom, false).await;
         let lb_ref = json!({"spec": {"loadBalancer": {"customHAProxyConfigTemplateRef": {"name": "lbcfg"}}}});
         env.create_docker_cluster(&ns, &custom_cluster, lb_ref).await;
-        let blocked = |fragment: &'static str| {
+        let blocked = |reason: &'static str, fragment: &'static str| {
             let (env, ns, custom) = (&env, &ns, &custom);
             async move {
                 eventually(LONG, fragment, || async {
                     env.docker_cluster(ns, custom).await.filter(|dc| {
                         dc.cond("LoadBalancerAvailable")
-                            .is_some_and(|c| c.reason == "InvalidSpec" && c.message.contains(fragment))
+                            .is_some_and(|c| c.reason == reason && c.message.contains(fragment))
                     })
                 })
                 .await
             }
         };
-        blocked("ConfigMap").await;
+        blocked("InvalidSpec", "ConfigMap").await;
         let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), &ns);
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lbcfg"}, "data": {"value": "frontend x\n  bind *:{{ .FrontendControlPlanePort }}\n"}});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lbcfg"}, "data": {"value": "frontend x\n  bind *:{{ .FrontendControlPlanePort \n"}});
         cms.create(&Default::default(), &serde_json::from_value(cm).unwrap()).await.unwrap();
         // ConfigMaps are not watched (a blocked cluster looks again within a minute); a change
         // to the DockerCluster is seen at once.
         let touch = json!({"metadata": {"annotations": {"capd-rs.test/touch": "cm"}}});
         dcs.patch(&custom, &PatchParams::default(), &Patch::Merge(&touch)).await.unwrap();
-        blocked("Go template").await;
+        blocked("InvalidHAProxyConfigTemplate", "cannot parse the template").await;
         assert!(inspect(&docker, &format!("{custom}-lb")).await.is_none(), "no LB from a config we cannot render");
     })
     .await;
@@ -1378,6 +1517,76 @@ frontend stats
   stats enable
   stats uri /stats
 ";
+
+/// An upstream-style Go template (upstream's data model and `JoinHostPort`); haproxy accepts
+/// a backend without servers, so the `else` branch renders one that never answers.
+const GO_TEMPLATE_HAPROXY_CFG: &str = "# rendered from a Go template, ipv6={{ .IPv6 }}
+global
+  daemon
+defaults
+  mode tcp
+  timeout connect 5000
+  timeout client 50000
+  timeout server 50000
+frontend control-plane
+  bind *:{{ .FrontendControlPlanePort }}
+  {{ if .IPv6 -}} bind :::{{ .FrontendControlPlanePort }}; {{- end }}
+  default_backend kube-apiservers
+backend kube-apiservers
+{{- range $server, $backend := .BackendServers }}
+  server {{ $server }} {{ JoinHostPort $backend.Address $.BackendControlPlanePort }} weight {{ $backend.Weight }}
+{{- else }}
+  server none {{ JoinHostPort \"127.0.0.1\" \"1\" }}
+{{- end }}
+frontend stats
+  mode http
+  bind *:8404
+  stats enable
+  stats uri /stats
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_template_custom_haproxy_config_is_rendered_into_the_lb() {
+    let mut env = TestEnv::new("hatmpl").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        let lb = format!("{name}-lb");
+        let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(env.client.clone(), &ns);
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "lbtmpl"}, "data": {"value": GO_TEMPLATE_HAPROXY_CFG}});
+        cms.create(&Default::default(), &serde_json::from_value(cm).unwrap()).await.unwrap();
+        let cluster = env.create_cluster(&ns, &name, false).await;
+        let spec = json!({"spec": {"loadBalancer": {"customHAProxyConfigTemplateRef": {"name": "lbtmpl"}}}});
+        env.create_docker_cluster(&ns, &cluster, spec).await;
+        eventually(LONG, "DockerCluster provisioned with the Go template", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| cluster_provisioned(dc.status.as_ref()))
+        })
+        .await;
+        let cfg = haproxy_cfg(&lb).await;
+        println!("rendered haproxy.cfg:\n{cfg}");
+        assert!(cfg.starts_with("# rendered from a Go template, ipv6=false\n"), "{cfg}");
+        assert!(cfg.contains("\n  bind *:6443\n"), "frontend port from the data: {cfg}");
+        assert!(!cfg.contains("bind :::"), "no IPv6 bind for an IPv4 cluster: {cfg}");
+        assert!(cfg.contains("\nbackend kube-apiservers\n  server none 127.0.0.1:1\nfrontend stats"), "range else and JoinHostPort: {cfg}");
+        assert!(!cfg.contains("{{"), "no template text left: {cfg}");
+
+        // A control-plane node becomes a backend: its name, JoinHostPort(address, "6443"),
+        // weight 100, through upstream's data model; the `else` server goes.
+        env.mark_infrastructure_provisioned(&ns, &name).await;
+        env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None).await;
+        let cp = format!("{name}-cp-0");
+        env.create_machine(&ns, &name, &cp, true, Some("boot"), node_spec()).await;
+        let cfg = eventually(LONG, "CP backend in the rendered haproxy.cfg", || async {
+            let cfg = haproxy_cfg(&lb).await;
+            cfg.contains(&format!("server {cp} ")).then_some(cfg)
+        })
+        .await;
+        let ip = inspect(&docker().await, &cp).await.unwrap().ipv4.unwrap();
+        assert!(cfg.contains(&format!("\nbackend kube-apiservers\n  server {cp} {ip}:6443 weight 100\nfrontend stats")), "{cfg}");
+    })
+    .await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_custom_haproxy_config_is_refused_and_the_lb_keeps_serving() {

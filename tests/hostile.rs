@@ -250,7 +250,8 @@ async fn hostile_inputs_are_bounded_reported_and_kept_secret() {
         env.create_secret(&ns, "ok", Some(&kind_marker_bootstrap().replace("/kind/version", "/etc/capd-test/v")), None).await;
         let preload = json!({"customImage": NODE_IMAGE, "preLoadImages": [capd::docker::specs::DEFAULT_LB_IMAGE, capd::docker::specs::DEFAULT_LB_IMAGE]});
         env.create_machine(&ns, &a, "m-preload", false, Some("ok"), preload).await;
-        // A bootstrap Secret of another type, named by the Machine to read it through us.
+        // A bootstrap Secret of another type (accepted, as upstream does) whose value is not
+        // bootstrap data: refused, and its value shows nowhere.
         env.create_secret_of_type(&ns, "opaque", Some(CANARY), None, "Opaque").await;
         env.create_machine(&ns, &a, "m-opaque", false, Some("opaque"), node_spec()).await;
 

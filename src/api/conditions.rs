@@ -69,9 +69,14 @@ pub mod reasons {
     pub const CONTAINER_RESTARTING: &str = "ContainerRestarting";
     /// Ours: haproxy rejects the custom haproxy.cfg (`haproxy -c`); the running config is kept.
     pub const INVALID_HAPROXY_CONFIG: &str = "InvalidHAProxyConfig";
+    /// Ours: the customHAProxyConfigTemplateRef template does not parse or evaluate (Go
+    /// template syntax, upstream's data and functions); the running config is kept.
+    pub const INVALID_HAPROXY_CONFIG_TEMPLATE: &str = "InvalidHAProxyConfigTemplate";
     /// Ours: the bootstrap Secret is missing, lacks `value`, or holds data we cannot use.
     pub const BOOTSTRAP_DATA_INVALID: &str = "BootstrapDataInvalid";
     pub const BOOTSTRAP_DATA_NOT_FOUND: &str = "BootstrapDataNotFound";
+    /// Ours, an Event only: cloud-config modules a kind-style node cannot honour were skipped.
+    pub const BOOTSTRAP_MODULES_SKIPPED: &str = "BootstrapModulesSkipped";
     /// Ours: the spec cannot be acted on (e.g. no version and no customImage).
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// The workload cluster's kubeconfig Secret asks for more than inline data or another server.

@@ -1,10 +1,14 @@
-//! The cloud-config subset CAPD supports: `write_files` and `runcmd`.
+//! cloud-config, as upstream CAPD takes it and then some: `bootcmd` first (as cloud-init runs
+//! it, before everything else), then `write_files` and `runcmd` in document order, with `users`
+//! created just before the first `runcmd` (cloud-init creates them in its init stage, runcmd runs
+//! last). Every other module is accepted, as upstream does, and skipped: [`Planned::skipped`]
+//! names it (`ntp`, `mounts`, `disk_setup`, `fs_setup`, ... mean nothing in a container).
 use serde_yaml_ng::Value;
 
 use super::plan::{Plan, display_path, normalize_path, shorten};
 use super::{
-    BootstrapError, Format, KUBEADM_IGNORE_PREFLIGHT_ERRORS, NodeOptions, decode, kubeadm, limits,
-    redact,
+    BootstrapError, Format, KUBEADM_IGNORE_PREFLIGHT_ERRORS, NodeOptions, Planned, decode, kubeadm,
+    limits, redact, users,
 };
 
 const FORMAT: Format = Format::CloudConfig;
@@ -21,10 +25,18 @@ const FILE_KEYS: &[&str] = &[
     "defer",
 ];
 
+/// The modules honoured; any other is skipped.
+const HONOURED: &[&str] = &["bootcmd", "write_files", "users", "runcmd"];
+
+#[cfg(test)]
 pub(crate) fn commands(
     data: &[u8],
     options: &NodeOptions,
 ) -> Result<Vec<super::Step>, BootstrapError> {
+    plan(data, options).map(|p| p.steps)
+}
+
+pub(crate) fn plan(data: &[u8], options: &NodeOptions) -> Result<Planned, BootstrapError> {
     let text = std::str::from_utf8(data).map_err(|e| BootstrapError::Syntax {
         format: FORMAT,
         syntax: "UTF-8",
@@ -65,26 +77,45 @@ pub(crate) fn commands(
         ));
     }
 
-    // A key that asks for nothing (`bootcmd: []`, `users:`) is harmless; any other is rejected,
-    // all of them at once, before anything runs.
-    let unsupported: Vec<String> = map
+    // A module that asks for nothing (`ntp: {}`, `mounts:`) is not worth a warning.
+    let mut skipped: Vec<String> = map
         .iter()
-        .filter(|(k, v)| !matches!(k.as_str(), Some("write_files" | "runcmd")) && !is_empty(v))
+        .filter(|(k, v)| !k.as_str().is_some_and(|k| HONOURED.contains(&k)) && !is_empty(v))
         .map(|(k, _)| key_name(k))
         .collect();
-    if !unsupported.is_empty() {
-        return Err(BootstrapError::UnsupportedKeys(unsupported));
-    }
+    // Everything is parsed before anything is planned to run: a bad entry anywhere refuses
+    // the whole document.
+    let users = match map.get("users") {
+        Some(v) => users::parse(v)?,
+        None => users::Users::default(),
+    };
+    skipped.extend(users.skipped.iter().cloned());
 
     let mut plan = Plan::default();
+    if let Some(v) = map.get("bootcmd") {
+        commands_of(&mut plan, "bootcmd", v, false)?;
+    }
+    let mut users_planned = false;
     for (key, value) in &map {
         match key.as_str() {
             Some("write_files") => write_files(&mut plan, value, options)?,
-            Some("runcmd") => runcmd(&mut plan, value)?,
+            Some("runcmd") => {
+                if !users_planned {
+                    users::apply(&mut plan, &users);
+                    users_planned = true;
+                }
+                commands_of(&mut plan, "runcmd", value, true)?;
+            }
             _ => {}
         }
     }
-    Ok(plan.into_steps())
+    if !users_planned {
+        users::apply(&mut plan, &users);
+    }
+    Ok(Planned {
+        steps: plan.into_steps(),
+        skipped,
+    })
 }
 
 /// A parser error message made safe to show: bounded, with anything secret-looking hidden.
@@ -114,7 +145,7 @@ fn is_empty(v: &Value) -> bool {
     }
 }
 
-fn key_name(k: &Value) -> String {
+pub(crate) fn key_name(k: &Value) -> String {
     let name = match k {
         Value::String(s) => s.clone(),
         Value::Number(n) => n.to_string(),
@@ -126,7 +157,7 @@ fn key_name(k: &Value) -> String {
 }
 
 /// A scalar as text, the way cloud-init would `str()` it.
-fn scalar(v: &Value) -> Option<String> {
+pub(crate) fn scalar(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
@@ -303,13 +334,20 @@ fn write_files(
     Ok(())
 }
 
-fn runcmd(plan: &mut Plan, value: &Value) -> Result<(), BootstrapError> {
+/// `runcmd` or `bootcmd`: a list of shell scripts (strings) and argv lists. Only `runcmd` gets
+/// upstream's kubeadm preflight flag (CABPK runs kubeadm there).
+fn commands_of(
+    plan: &mut Plan,
+    module: &str,
+    value: &Value,
+    kubeadm: bool,
+) -> Result<(), BootstrapError> {
     let items = match value {
         Value::Null => return Ok(()),
         Value::Sequence(items) => items,
         other => {
             return Err(invalid(
-                "runcmd",
+                module,
                 format!("must be a list of commands, found {}", kind(other)),
             ));
         }
@@ -323,26 +361,30 @@ fn runcmd(plan: &mut Plan, value: &Value) -> Result<(), BootstrapError> {
                         Value::Null => String::new(),
                         v => scalar(v).ok_or_else(|| {
                             invalid(
-                                format!("runcmd[{i}][{j}]"),
+                                format!("{module}[{i}][{j}]"),
                                 format!("must be a string, found {}", kind(v)),
                             )
                         })?,
                     });
                 }
                 if argv.first().is_none_or(|a| a.trim().is_empty()) {
-                    return Err(invalid(format!("runcmd[{i}]"), "empty command"));
+                    return Err(invalid(format!("{module}[{i}]"), "empty command"));
                 }
-                plan.command(kubeadm_argv(argv));
+                plan.command(if kubeadm { kubeadm_argv(argv) } else { argv });
             }
             Value::Null | Value::Mapping(_) => {
                 return Err(invalid(
-                    format!("runcmd[{i}]"),
+                    format!("{module}[{i}]"),
                     format!("must be a string or a list, found {}", kind(item)),
                 ));
             }
             other => {
                 let script = scalar(other).unwrap_or_default();
-                plan.shell(kubeadm_script(&script));
+                plan.shell(if kubeadm {
+                    kubeadm_script(&script)
+                } else {
+                    script
+                });
             }
         }
     }
@@ -564,21 +606,143 @@ mod tests {
         );
     }
 
+    fn planned(yaml: &str) -> Planned {
+        plan(yaml.as_bytes(), &NodeOptions::default()).unwrap()
+    }
+
+    /// The shape CABPK renders from a KubeadmConfig with `users`, `ntp`, `bootCommands`,
+    /// `mounts`, `diskSetup`: refused as unsupported keys before.
+    const CABPK_FULL: &str = r#"## template: jinja
+#cloud-config
+
+write_files:
+-   path: /run/kubeadm/kubeadm-join-config.yaml
+    owner: root:root
+    permissions: '0640'
+    content: |
+      apiVersion: kubeadm.k8s.io/v1beta4
+      kind: JoinConfiguration
+      discovery:
+        bootstrapToken:
+          apiServerEndpoint: 172.18.0.3:6443
+          token: abcdef.0123456789abcdef
+          unsafeSkipCAVerification: true
+-   path: /run/cluster-api/placeholder
+    owner: root:root
+    permissions: '0640'
+    content: "placeholder"
+bootcmd:
+  - "echo boot > /var/log/capd-order"
+runcmd:
+  - "echo run >> /var/log/capd-order"
+  - kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml  && echo success > /run/cluster-api/bootstrap-success.complete
+ntp:
+  enabled: true
+  servers:
+    - time.example.com
+users:
+  - name: capi
+    gecos: Cluster API
+    groups: sudo, docker
+    lock_passwd: true
+    shell: /bin/bash
+    sudo: ALL=(ALL) NOPASSWD:ALL
+    ssh_authorized_keys:
+      - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKeyOne capi@example
+disk_setup:
+  /dev/sdb:
+    table_type: gpt
+    layout: true
+    overwrite: false
+fs_setup:
+  - label: data
+    filesystem: ext4
+    device: /dev/sdb1
+mounts:
+  - - LABEL=data
+    - /var/lib/data
+"#;
+
     #[test]
-    fn unsupported_top_level_keys_are_listed() {
-        let e = err(
-            "#cloud-config\nwrite_files: []\nbootcmd:\n  - echo hi\nntp:\n  enabled: true\nruncmd: []\nusers:\n  - name: capi\n",
+    fn a_cabpk_config_with_users_ntp_bootcmd_and_mounts_plans() {
+        let p = planned(CABPK_FULL);
+        assert_eq!(p.skipped, ["ntp", "disk_setup", "fs_setup", "mounts"]);
+        let d: Vec<&str> = p.steps.iter().map(|s| s.description.as_str()).collect();
+        let at = |prefix: &str| {
+            d.iter()
+                .position(|x| x.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix:?} in {d:?}"))
+        };
+        // bootcmd before everything, users after the files and before runcmd.
+        assert_eq!(at("shell script running echo"), 0, "{d:?}");
+        assert!(at("write /run/kubeadm/kubeadm-join-config.yaml") < at("create user capi"));
+        assert!(at("create user capi") < at("write the ssh authorized_keys of user capi"));
+        assert!(
+            at("write the ssh authorized_keys of user capi")
+                < at("append /etc/sudoers.d/90-cloud-init-users")
+        );
+        let runcmd = d
+            .iter()
+            .rposition(|x| x.starts_with("shell script running echo"))
+            .unwrap();
+        assert!(
+            at("append /etc/sudoers.d/90-cloud-init-users") < runcmd,
+            "{d:?}"
+        );
+        // bootcmd is not runcmd: no kubeadm flag; runcmd's kubeadm join still gets it.
+        assert_eq!(
+            p.steps[0].argv,
+            ["/bin/sh", "-c", "echo boot > /var/log/capd-order"]
+        );
+        assert!(p.steps.iter().any(|s| {
+            s.argv
+                .last()
+                .is_some_and(|a| a.contains("kubeadm join --ignore-preflight-errors"))
+        }));
+        for s in &p.steps {
+            assert!(
+                !s.description.contains("0123456789abcdef"),
+                "{}",
+                s.description
+            );
+        }
+    }
+
+    #[test]
+    fn bootcmd_runs_first_and_takes_runcmds_forms() {
+        let p = planned("runcmd:\n  - [echo, run]\nbootcmd:\n  - echo boot\n  - [kubeadm, init]\n");
+        assert_eq!(
+            argvs(&p.steps),
+            [
+                vec!["/bin/sh", "-c", "echo boot"],
+                vec!["kubeadm", "init"],
+                vec!["echo", "run"]
+            ]
+        );
+        assert!(p.skipped.is_empty());
+        assert_eq!(
+            err("bootcmd:\n  - {a: b}\n").to_string(),
+            "bootcmd[0]: must be a string or a list, found a mapping"
         );
         assert_eq!(
-            e,
-            BootstrapError::UnsupportedKeys(vec!["bootcmd".into(), "ntp".into(), "users".into()])
+            err("bootcmd: yes please\n").to_string(),
+            "bootcmd: must be a list of commands, found a string"
         );
-        let msg = e.to_string();
-        assert!(msg.contains("bootcmd, ntp, users"), "{msg}");
-        assert!(msg.contains("write_files and runcmd"), "{msg}");
+    }
 
-        // Keys that ask for nothing are not worth failing for.
-        assert!(steps("bootcmd: []\nusers:\nmounts: {}\nruncmd: [[true]]\n").len() == 1);
+    #[test]
+    fn other_modules_are_accepted_and_named_as_skipped() {
+        let p = planned(
+            "#cloud-config\nwrite_files: []\nntp:\n  enabled: true\npackage_update: true\nruncmd: [[true]]\nfinal_message: done\n",
+        );
+        assert_eq!(argvs(&p.steps), [vec!["true"]]);
+        assert_eq!(p.skipped, ["ntp", "package_update", "final_message"]);
+        // Modules that ask for nothing are not worth a warning.
+        let p = planned("bootcmd: []\nusers:\nmounts: {}\nntp:\nruncmd: [[true]]\n");
+        assert_eq!((p.steps.len(), p.skipped.len()), (1, 0));
+        // Only names are reported, never values.
+        let p = planned("secret_module: hunter2-abcdef0123456789\n");
+        assert_eq!(p.skipped, ["secret_module"]);
     }
 
     #[test]

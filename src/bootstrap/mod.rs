@@ -5,10 +5,11 @@
 //! talks to the container only through [`ContainerRuntime`](crate::docker::ContainerRuntime).
 //!
 //! Supported input (see `reference/capd-inventory.md` §5, and the README):
-//! - **cloud-config**: the top-level keys `write_files` and `runcmd`, in document order. Any other
-//!   top-level key that asks for something is rejected with an error naming it (upstream CAPD
-//!   silently breaks on them). `write_files` encodings `b64`, `gz` and `gz+b64` (base64, then gunzip:
-//!   upstream forgets the gunzip) are supported.
+//! - **cloud-config**: `bootcmd` first, then `write_files` and `runcmd` in document order, with
+//!   `users` (accounts, groups, sudo rules, ssh authorized keys) created before the first
+//!   `runcmd`. Every other module is accepted, as upstream CAPD does, and skipped: the plan names
+//!   it ([`Planned::skipped`]) so the controller can say so once. `write_files` encodings `b64`,
+//!   `gz` and `gz+b64` (base64, then gunzip: upstream forgets the gunzip) are supported.
 //! - **Ignition** v2.x / v3.x (JSON, or the same document in YAML): `storage.files`,
 //!   `storage.directories`, `storage.links` and `systemd.units`. Remote content sources are rejected.
 //!
@@ -28,6 +29,7 @@ mod limits;
 mod plan;
 mod redact;
 mod runner;
+mod users;
 
 use std::fmt;
 use std::str::FromStr;
@@ -37,7 +39,8 @@ pub use limits::{MAX_DATA_BYTES, MAX_DECODED_BYTES, MAX_YAML_NODES};
 pub use redact::{REDACTED, redact};
 pub use runner::{PROGRESS_PATH, RunError, StepFailure, TAIL_CHARS, TAIL_LINES, run, steps_done};
 
-/// The `type` of the Secrets CAPI's bootstrap providers write their data into.
+/// The `type` of the Secrets CAPI's bootstrap providers write their data into (any type with a
+/// `value` key is accepted, as upstream does).
 pub const SECRET_TYPE: &str = "cluster.x-k8s.io/secret";
 
 /// The file CABPK's commands create when bootstrap succeeded; checked before and after the run.
@@ -139,12 +142,6 @@ pub enum BootstrapError {
         found: &'static str,
         hint: &'static str,
     },
-    /// cloud-config keys other than `write_files` and `runcmd`.
-    #[error(
-        "cloud-config has unsupported top-level keys: {}; only write_files and runcmd are supported",
-        .0.join(", ")
-    )]
-    UnsupportedKeys(Vec<String>),
     /// The data is larger than any bootstrap Secret can hold.
     #[error(
         "{format} bootstrap data is {size} bytes, more than the {limit} bytes (1 MiB) accepted"
@@ -177,6 +174,15 @@ pub struct NodeOptions {
     pub cgroup_v1: bool,
 }
 
+/// What bootstrap data asks for: the commands, and the modules accepted but not honoured.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Planned {
+    pub steps: Vec<Step>,
+    /// cloud-config modules (and `users[i].key`s) a kind-style node cannot honour, in document
+    /// order; names only, never values.
+    pub skipped: Vec<String>,
+}
+
 /// Turn bootstrap data into the ordered list of commands to exec in the node container.
 ///
 /// The kubeadm config file in the data (cloud-config `/run/kubeadm/kubeadm.yaml` or
@@ -188,10 +194,18 @@ pub fn commands(
     data: &[u8],
     options: &NodeOptions,
 ) -> Result<Vec<Step>, BootstrapError> {
+    plan(format, data, options).map(|p| p.steps)
+}
+
+/// [`commands`], and the modules skipped.
+pub fn plan(format: Format, data: &[u8], options: &NodeOptions) -> Result<Planned, BootstrapError> {
     limits::check_size(format, data)?;
     match format {
-        Format::CloudConfig => cloud_config::commands(data, options),
-        Format::Ignition => ignition::commands(data, options),
+        Format::CloudConfig => cloud_config::plan(data, options),
+        Format::Ignition => ignition::commands(data, options).map(|steps| Planned {
+            steps,
+            skipped: vec![],
+        }),
     }
 }
 

@@ -78,6 +78,16 @@ impl Plan {
         });
     }
 
+    /// Any command, with a description built by the caller from names only (never content).
+    pub(crate) fn step(&mut self, argv: Vec<String>, stdin: Option<Vec<u8>>, description: String) {
+        self.made_dirs.clear();
+        self.steps.push(Step {
+            argv,
+            stdin,
+            description: display_path(&description),
+        });
+    }
+
     /// `/bin/sh -c <script>`; described by the program it starts with (see [`describe_script`]).
     pub(crate) fn shell(&mut self, script: String) {
         self.made_dirs.clear();

@@ -13,12 +13,13 @@ use crate::api::conditions::{Condition, ConditionStatus, reasons};
 pub const NOTE_LIMIT: usize = 1024;
 
 /// Reasons that need a person's attention.
-const WARNINGS: [&str; 12] = [
+const WARNINGS: [&str; 13] = [
     reasons::BOOTSTRAP_FAILED,
     reasons::BOOTSTRAP_TIMED_OUT,
     reasons::NODE_STOPPED_DURING_BOOTSTRAP,
     reasons::CONTAINER_RESTARTING,
     reasons::INVALID_HAPROXY_CONFIG,
+    reasons::INVALID_HAPROXY_CONFIG_TEMPLATE,
     reasons::BOOTSTRAP_DATA_INVALID,
     reasons::BOOTSTRAP_DATA_NOT_FOUND,
     reasons::NAME_CONFLICT,
@@ -79,6 +80,33 @@ pub async fn publish_status_rejected(
     if let Err(e) = recorder.publish(&event, regarding).await {
         debug!(error = %e, "cannot publish an Event");
     }
+}
+
+/// One Warning Event naming the cloud-config modules a node's bootstrap accepted but cannot
+/// honour (`ntp`, `mounts`, ...): names only, never values. Best effort.
+pub async fn publish_modules_skipped(
+    recorder: &Recorder,
+    regarding: &ObjectReference,
+    skipped: &[String],
+) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: reasons::BOOTSTRAP_MODULES_SKIPPED.into(),
+        note: Some(fit_note(skipped_message(skipped))),
+        action: "Bootstrap".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, regarding).await {
+        debug!(error = %e, "cannot publish an Event");
+    }
+}
+
+/// The note of [`publish_modules_skipped`].
+pub fn skipped_message(skipped: &[String]) -> String {
+    format!(
+        "cloud-config modules skipped (a kind-style node cannot honour them): {}",
+        skipped.join(", ")
+    )
 }
 
 /// The Warning Event for one condition.

@@ -22,6 +22,7 @@ use crate::{
     docker::{
         ContainerInfo, NetworkSpec, RuntimeError,
         haproxy::{self, Backend, HaproxyConfig},
+        haproxy_template::{self, TemplateError},
         labels, naming, specs,
     },
 };
@@ -48,7 +49,8 @@ pub struct LbTarget {
     pub namespace: String,
     pub frontend_port: u16,
     pub ipv6: bool,
-    /// A complete haproxy.cfg from `customHAProxyConfigTemplateRef`, used verbatim.
+    /// The Go template from `customHAProxyConfigTemplateRef` (parsed once on resolve; a text
+    /// without `{{` is a complete haproxy.cfg and renders to itself).
     pub custom_config: Option<String>,
 }
 
@@ -83,8 +85,9 @@ pub fn frontend_port(dc: Option<&DockerCluster>) -> u16 {
         .unwrap_or(DEFAULT_FRONTEND_PORT)
 }
 
-/// The complete haproxy.cfg from `customHAProxyConfigTemplateRef`, if set. A missing ConfigMap
-/// or key, or Go template syntax, blocks the load balancer until the user fixes it.
+/// The template from `customHAProxyConfigTemplateRef`, if set. A missing ConfigMap or key
+/// blocks the load balancer (`InvalidSpec`), and so does a template that does not parse
+/// (`InvalidHAProxyConfigTemplate`), until the user fixes it.
 pub async fn custom_config(ctx: &Context, dc: &DockerCluster) -> Result<Option<String>> {
     let Some(name) = dc
         .spec
@@ -112,14 +115,20 @@ pub async fn custom_config(ctx: &Context, dc: &DockerCluster) -> Result<Option<S
     let Some(value) = cm.data.and_then(|mut d| d.remove("value")) else {
         return blocked("has no key \"value\"".into());
     };
-    if value.contains("{{") {
-        return blocked(
-            "uses Go template syntax, which capd-rs does not evaluate; \
-             provide a complete haproxy.cfg (backends are then yours to manage)"
-                .into(),
-        );
+    if let Err(e) = haproxy_template::HaproxyTemplate::parse(&value) {
+        return Err(template_refused(&format!("ConfigMap {ns}/{name}"), &e));
     }
     Ok(Some(value))
+}
+
+/// `LoadBalancerAvailable=False`, `InvalidHAProxyConfigTemplate`, naming the template's error.
+fn template_refused(source: &str, e: &TemplateError) -> Error {
+    Error::blocked(
+        types::LOAD_BALANCER_AVAILABLE,
+        reasons::INVALID_HAPROXY_CONFIG_TEMPLATE,
+        format!("customHAProxyConfigTemplateRef: {source}: {e}; the running config is kept"),
+        BLOCKED_RETRY,
+    )
 }
 
 /// How long a blocked load balancer waits before looking again (a spec change is seen at once).
@@ -295,15 +304,13 @@ pub async fn delete(ctx: &Context, owner: &labels::Owner<'_>) -> Result<()> {
 }
 
 /// Pure: the haproxy.cfg for the given running control-plane containers (name -> address),
-/// leaving out the `draining` ones as long as another backend remains.
+/// leaving out the `draining` ones as long as another backend remains. A custom template gets
+/// the same backends, in upstream's data model; one that fails to evaluate is refused.
 pub fn desired_config(
     target: &LbTarget,
     servers: BTreeMap<String, String>,
     draining: &BTreeSet<String>,
-) -> String {
-    if let Some(custom) = &target.custom_config {
-        return custom.clone();
-    }
+) -> Result<String> {
     let others_remain = servers.keys().any(|n| !draining.contains(n));
     let servers = servers
         .into_iter()
@@ -318,12 +325,17 @@ pub fn desired_config(
             )
         })
         .collect();
-    haproxy::render(&HaproxyConfig {
+    let data = HaproxyConfig {
         frontend_port: target.frontend_port,
         backend_port: BACKEND_PORT,
         servers,
         ipv6: target.ipv6,
-    })
+    };
+    match &target.custom_config {
+        Some(template) => haproxy_template::render(template, &data)
+            .map_err(|e| template_refused("the template", &e)),
+        None => Ok(haproxy::render(&data)),
+    }
 }
 
 /// Recompute the backends from running control-plane containers (minus `exclude`, which is
@@ -376,7 +388,7 @@ pub async fn sync_backends(
         .collect();
     let backends = servers.len();
     let draining = draining_containers(ctx, target);
-    let config = desired_config(target, servers, &draining);
+    let config = desired_config(target, servers, &draining)?;
 
     let current = rt
         .exec(&lb_name, &argv(&["cat", haproxy::CONFIG_PATH]), None)
@@ -490,7 +502,7 @@ async fn check_config(ctx: &Context, lb_name: &str, config: &str, custom: bool) 
                 String::from_utf8_lossy(&check.stderr)
             );
             let which = if custom {
-                "the custom haproxy.cfg (customHAProxyConfigTemplateRef)"
+                "the haproxy.cfg from customHAProxyConfigTemplateRef"
             } else {
                 "the generated haproxy.cfg"
             };
@@ -566,6 +578,7 @@ pub fn argv(parts: &[&str]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::error::Blocked;
 
     fn target() -> LbTarget {
         LbTarget {
@@ -588,9 +601,9 @@ mod tests {
     #[test]
     fn drained_server_leaves_only_when_others_remain() {
         let draining = BTreeSet::from(["c-cp-a".to_string()]);
-        let cfg = desired_config(&target(), servers(&["c-cp-a", "c-cp-b"]), &draining);
+        let cfg = desired_config(&target(), servers(&["c-cp-a", "c-cp-b"]), &draining).unwrap();
         assert!(!cfg.contains("server c-cp-a ") && cfg.contains("server c-cp-b "));
-        let cfg = desired_config(&target(), servers(&["c-cp-a"]), &draining);
+        let cfg = desired_config(&target(), servers(&["c-cp-a"]), &draining).unwrap();
         assert!(
             cfg.contains("server c-cp-a "),
             "the last backend is kept while draining"
@@ -604,9 +617,37 @@ mod tests {
             ..target()
         };
         assert_eq!(
-            desired_config(&t, servers(&["x"]), &BTreeSet::new()),
+            desired_config(&t, servers(&["x"]), &BTreeSet::new()).unwrap(),
             "global\n"
         );
+    }
+
+    #[test]
+    fn a_custom_template_gets_the_same_backends_and_its_errors_block() {
+        let t = LbTarget {
+            custom_config: Some(
+                "bind *:{{ .FrontendControlPlanePort }}\n{{ range $n, $b := .BackendServers }}server {{ $n }} {{ JoinHostPort $b.Address $.BackendControlPlanePort }}\n{{ end }}".into(),
+            ),
+            ..target()
+        };
+        let draining = BTreeSet::from(["c-cp-a".to_string()]);
+        assert_eq!(
+            desired_config(&t, servers(&["c-cp-a", "c-cp-b"]), &draining).unwrap(),
+            "bind *:6443\nserver c-cp-b 172.18.0.3:6443\n"
+        );
+        let bad = LbTarget {
+            custom_config: Some("{{ .Nope }}".into()),
+            ..target()
+        };
+        match desired_config(&bad, servers(&["x"]), &BTreeSet::new()) {
+            Err(Error::Blocked(Blocked {
+                reason, message, ..
+            })) => {
+                assert_eq!(reason, reasons::INVALID_HAPROXY_CONFIG_TEMPLATE);
+                assert!(message.contains("Nope"), "{message}");
+            }
+            other => panic!("not blocked: {other:?}"),
+        }
     }
 
     #[test]

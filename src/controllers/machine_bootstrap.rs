@@ -21,6 +21,8 @@ use super::{
     bootstrap_tasks::{Finished, TaskState, WAITING_FOR_SLOT},
     context::Context,
     error::{Error, Result},
+    events,
+    kinds::Kinds,
     load_balancer::argv,
     patch::Patcher,
 };
@@ -266,8 +268,8 @@ pub async fn reconcile(
     }
 
     let pre_load = pre_load_images(t.dm);
-    let plan = match load_steps(ctx, &ns, t.secret_name, pre_load).await {
-        Ok(plan) => plan,
+    let (plan, skipped) = match load_steps(ctx, &ns, t.secret_name, pre_load).await {
+        Ok(loaded) => loaded,
         // Without usable data, a node that was bootstrapped all the same (a moved cluster
         // whose status did not come along) is still recognised by its sentinel.
         Err(e) if sentinel_exists(ctx, t.container).await? => {
@@ -293,6 +295,15 @@ pub async fn reconcile(
         },
     );
     info!(container = %t.container, steps = total, "bootstrap started");
+    // Once per bootstrap run (a start happens once per node container), never per pass.
+    if !skipped.is_empty() {
+        events::publish_modules_skipped(
+            &ctx.recorder,
+            &Kinds::reference(ctx.kinds.machine, &t.dm.metadata),
+            &skipped,
+        )
+        .await;
+    }
     set(at_phase(
         Phase::CGroups,
         reasons::BOOTSTRAPPING,
@@ -373,7 +384,7 @@ async fn set_started_at(patcher: &mut Patcher<'_>, at: Option<DateTime<Utc>>) ->
 }
 
 /// The commands from the bootstrap Secret, preceded by a wait for the node's init system and
-/// container runtime and by the `preLoadImages` imports. A missing or unusable Secret blocks
+/// container runtime and by the `preLoadImages` imports, and the cloud-config modules skipped. A missing or unusable Secret blocks
 /// bootstrap: it may still be fixed or appear, so it is re-read slowly, never in a hot loop. So
 /// does an image missing from the host's engine; the images themselves are only read by the
 /// bootstrap task, one at a time, once it holds a slot.
@@ -382,7 +393,7 @@ async fn load_steps(
     ns: &str,
     secret_name: &str,
     pre_load: Vec<String>,
-) -> Result<bootstrap::Plan> {
+) -> Result<(bootstrap::Plan, Vec<String>)> {
     let blocked = |reason, message: String, retry| {
         Err(Error::blocked(
             types::BOOTSTRAP_COMPLETED,
@@ -406,15 +417,9 @@ async fn load_steps(
             120,
         )
     };
-    // CAPI's bootstrap providers write their data into Secrets of this type; any other type is
-    // a Secret somebody pointed the Machine at by mistake (or to read it through the manager).
-    if secret.type_.as_deref() != Some(bootstrap::SECRET_TYPE) {
-        return invalid(format!(
-            "has type {:?}; bootstrap data Secrets have type {:?}",
-            secret.type_.as_deref().unwrap_or(""),
-            bootstrap::SECRET_TYPE
-        ));
-    }
+    // Any type, as upstream: CAPI's bootstrap providers write `cluster.x-k8s.io/secret`, but a
+    // hand-made Secret (`Opaque`) with a `value` is bootstrap data too. The Machine names it, and
+    // what it can do in the node is what any bootstrap data can (SECURITY.md).
     let mut data = secret.data.unwrap_or_default();
     let Some(value) = data.remove("value") else {
         return invalid("has no key \"value\"".into());
@@ -432,9 +437,9 @@ async fn load_steps(
     // Parsing is CPU work over up to 1 MiB (YAML, base64, gzip): off the async workers, so a
     // large or hostile Secret cannot stall every other reconcile.
     let parsed =
-        tokio::task::spawn_blocking(move || bootstrap::commands(format, &value.0, &options)).await;
-    let commands = match parsed {
-        Ok(Ok(steps)) => steps,
+        tokio::task::spawn_blocking(move || bootstrap::plan(format, &value.0, &options)).await;
+    let planned = match parsed {
+        Ok(Ok(planned)) => planned,
         Ok(Err(e)) => return invalid(e.to_string()),
         // A panic in the parser (a bug; its message may quote the data): reported like bad
         // data, slowly retried, never in a hot loop.
@@ -446,12 +451,15 @@ async fn load_steps(
         }
     }
     let mut steps = vec![wait_for_init_step()];
-    steps.extend(commands);
-    Ok(bootstrap::Plan {
-        steps,
-        images: pre_load,
-        images_after: 1,
-    })
+    steps.extend(planned.steps);
+    Ok((
+        bootstrap::Plan {
+            steps,
+            images: pre_load,
+            images_after: 1,
+        },
+        planned.skipped,
+    ))
 }
 
 /// A `preLoadImages` entry the host's engine does not have: it may still be loaded there, so it

@@ -7,6 +7,7 @@ pub mod events;
 #[cfg(test)]
 pub mod fake;
 pub mod haproxy;
+pub mod haproxy_template;
 pub mod host_paths;
 pub mod image;
 pub mod labels;
