@@ -191,12 +191,18 @@ async fn kube_client(flags: &Flags, metrics: &Metrics) -> Result<Client, Manager
                 source: Box::new(e),
             })?,
     };
+    // client-go's host label: the API server's host:port.
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let builder =
         kube::client::ClientBuilder::try_from(config).map_err(|e| ManagerError::Kubeconfig {
             what: "client".into(),
             source: Box::new(e),
         })?;
-    Ok(builder.with_layer(&metrics.kube_request_layer()).build())
+    Ok(builder.with_layer(&metrics.kube_request_layer(&host)).build())
 }
 
 /// SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.
