@@ -205,7 +205,9 @@ async fn insecure_diagnostics_serve_plain_http_without_auth() {
     env.start_manager(&[], None);
     env.run(|env| async move {
         env.manager_ready().await;
-        let response = scrape(env.diagnostics_port, None).await.expect("plain /metrics");
+        let response = scrape(env.diagnostics_port, None)
+            .await
+            .expect("plain /metrics");
         assert_eq!(response.status(), 200);
         let text = response.text().await.unwrap();
         assert!(text.contains("process_start_time_seconds "), "{text}");

@@ -578,9 +578,7 @@ async fn instrumented(
 fn outcome(result: &Result<Action>, resync: Duration) -> Outcome {
     match result {
         Err(_) => Outcome::Error,
-        Ok(a) if *a == Action::await_change() || *a == Action::requeue(resync) => {
-            Outcome::Success
-        }
+        Ok(a) if *a == Action::await_change() || *a == Action::requeue(resync) => Outcome::Success,
         Ok(_) => Outcome::RequeueAfter,
     }
 }

@@ -127,7 +127,10 @@ impl Reviewer {
         if reviewed.status.is_some_and(|s| s.allowed) {
             Ok(Decision::Allowed)
         } else {
-            warn!(user = user.username.as_deref().unwrap_or(""), "metrics request refused: the user may not get /metrics");
+            warn!(
+                user = user.username.as_deref().unwrap_or(""),
+                "metrics request refused: the user may not get /metrics"
+            );
             Ok(Decision::Forbidden)
         }
     }

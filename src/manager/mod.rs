@@ -213,7 +213,9 @@ async fn kube_client(flags: &Flags, metrics: &Metrics) -> Result<Client, Manager
             what: "client".into(),
             source: Box::new(e),
         })?;
-    Ok(builder.with_layer(&metrics.kube_request_layer(&host)).build())
+    Ok(builder
+        .with_layer(&metrics.kube_request_layer(&host))
+        .build())
 }
 
 /// SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.

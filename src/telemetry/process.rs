@@ -51,9 +51,7 @@ impl Reading {
                 .map(|(boot, ticks)| boot + ticks / TICKS_PER_SECOND),
             resident_bytes: status.as_deref().and_then(|s| kib(s, "VmRSS:")),
             virtual_bytes: status.as_deref().and_then(|s| kib(s, "VmSize:")),
-            open_fds: fs::read_dir("/proc/self/fd")
-                .ok()
-                .map(|d| d.count() as u64),
+            open_fds: fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as u64),
             max_fds: limits.as_deref().and_then(max_open_files),
         }
     }
@@ -154,7 +152,9 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .ok()?
             .as_secs_f64();
-        Some(Duration::from_secs_f64((now - r.start_time_seconds?).max(0.0)))
+        Some(Duration::from_secs_f64(
+            (now - r.start_time_seconds?).max(0.0),
+        ))
     }
 
     #[test]

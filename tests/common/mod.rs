@@ -270,7 +270,9 @@ impl TestEnv {
             self.manager_kubeconfig.display()
         ))
         .arg(format!("--health-addr=127.0.0.1:{port}"))
-        .arg(format!("--diagnostics-address=127.0.0.1:{diagnostics_port}"))
+        .arg(format!(
+            "--diagnostics-address=127.0.0.1:{diagnostics_port}"
+        ))
         .args(
             self.metrics_token
                 .is_none()
