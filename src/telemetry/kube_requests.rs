@@ -159,6 +159,62 @@ pub fn classify(method: &Method, uri: &Uri) -> RequestLabels {
 mod tests {
     use super::*;
 
+    /// Answers each request with `status`, or fails when it is None.
+    struct Answer(Option<u16>);
+
+    impl Service<Request<()>> for Answer {
+        type Response = Response<()>;
+        type Error = &'static str;
+        type Future = std::future::Ready<Result<Response<()>, &'static str>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<()>) -> Self::Future {
+            std::future::ready(match self.0 {
+                Some(code) => Ok(Response::builder().status(code).body(()).unwrap()),
+                None => Err("connection refused"),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn counts_client_go_requests_by_code_method_and_host() {
+        let layer = CountRequests {
+            requests: Family::default(),
+            rest_client: Family::default(),
+            host: "127.0.0.1:16443".into(),
+        };
+        let request = || {
+            Request::post("/apis/authentication.k8s.io/v1/tokenreviews")
+                .body(())
+                .unwrap()
+        };
+        let _ = layer.layer(Answer(Some(201))).call(request()).await;
+        let _ = layer.layer(Answer(Some(201))).call(request()).await;
+        let _ = layer.layer(Answer(None)).call(request()).await;
+        let count = |code: &str| {
+            layer
+                .rest_client
+                .get_or_create(&RestClientLabels {
+                    code: code.into(),
+                    method: "POST".into(),
+                    host: "127.0.0.1:16443".into(),
+                })
+                .get()
+        };
+        assert_eq!((count("201"), count("<error>")), (2, 1));
+        let created = layer
+            .requests
+            .get_or_create(&RequestLabels {
+                verb: "create".into(),
+                resource: "tokenreviews".into(),
+            })
+            .get();
+        assert_eq!(created, 3);
+    }
+
     fn c(method: Method, uri: &str) -> (String, String) {
         let l = classify(&method, &uri.parse().unwrap());
         (l.verb, l.resource)
