@@ -46,6 +46,7 @@ cargo build --locked --bin manager
 if ! manager_running; then
   log "starting the manager (log: $DEMO_DIR/manager.log)"
   nohup "$TARGET_DIR/debug/manager" --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
+    --diagnostics-address=127.0.0.1:8443 \
     --docker-network=capd-rs-demo \
     --container-label="$DEMO_LABEL" >"$DEMO_DIR/manager.log" 2>&1 &
   echo $! >"$DEMO_DIR/manager.pid"

@@ -461,9 +461,10 @@ check_topology() {
   echo "    rejected as expected: $(grep -m1 -o 'spec.topology.variables.*' <<<"$out" | cut -c1-140)"
 }
 
+# free_port [PREFERRED [FIRST-FALLBACK]]: PREFERRED if free, else the first free of 61 above.
 free_port() {
-  local p
-  for p in 9440 $(seq 19440 19500); do
+  local p preferred=${1:-9440} base=${2:-19440}
+  for p in "$preferred" $(seq "$base" $((base + 60))); do
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
   done
   return 1
@@ -497,6 +498,10 @@ check_image() {
       if [[ "${args[$i]}" == --health-addr=* ]]; then args[$i]="${args[$i]%:*}:$port"; fi
     done
   fi
+  # /metrics (HTTPS on the diagnostics address, :8443 in the pod): a free port on this host.
+  local dport
+  dport=$(free_port 8443 18443) || fail "no free port for --diagnostics-address"
+  args+=("--diagnostics-address=127.0.0.1:$dport")
   # Keep this manager away from everyone else's objects on the shared plane: it watches only
   # objects carrying a watch-filter label nobody else sets, and takes its own Lease (in
   # POD_NAMESPACE, as in the pod).
@@ -543,7 +548,10 @@ check_image() {
     fi
     echo "    $path 200"
   done
-  echo "    /metrics $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/metrics")"
+  # Without a bearer token the metrics endpoint refuses (the authorised scrape: tests/diagnostics.rs).
+  code=$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$dport/metrics" || true)
+  [[ "$code" == 401 ]] || fail "/metrics without a token answered '$code', want 401"
+  echo "    /metrics without a token 401"
   sleep 5   # let the controllers start their watches
   docker logs "$CONTAINER" > "$WORK/manager.log" 2>&1
   if grep -Eiq 'forbidden|\b403\b' "$WORK/manager.log"; then

@@ -1,4 +1,5 @@
-//! `/healthz`, `/readyz` and `/metrics` on one plain-HTTP listener.
+//! `/healthz` and `/readyz` on one plain-HTTP listener, for the kubelet's probes. `/metrics` is
+//! the diagnostics server's (`diagnostics/`), as upstream has it.
 use std::{
     future::Future,
     sync::{
@@ -9,11 +10,8 @@ use std::{
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 
-use crate::telemetry::Metrics;
-
 #[derive(Clone)]
 pub struct HttpState {
-    pub metrics: Arc<Metrics>,
     /// Set once the manager can work: the Docker Engine answered and the CRDs are served.
     pub ready: Arc<AtomicBool>,
 }
@@ -22,7 +20,6 @@ pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
@@ -32,16 +29,6 @@ async fn readyz(State(s): State<HttpState>) -> impl IntoResponse {
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
     }
-}
-
-async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
-    (
-        [(
-            "content-type",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.metrics.render(),
-    )
 }
 
 /// Serve on `listener` until `shutdown` resolves.

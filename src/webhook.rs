@@ -194,7 +194,7 @@ async fn convert(Json(body): Json<ConversionReview>) -> Json<ConversionReview> {
 
 /// One crypto provider for the whole process: bollard's TLS may have enabled another one, and
 /// rustls refuses to guess.
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -281,14 +281,14 @@ async fn reload(files: CertFiles, to: Arc<Reloading>) {
 }
 
 /// TLS connections, handshaken concurrently (a slow or idle client delays no one) and handed to
-/// axum as they complete.
-struct TlsListener {
+/// axum as they complete. The diagnostics server (`diagnostics.rs`) listens the same way.
+pub(crate) struct TlsListener {
     ready: mpsc::Receiver<(Counted, SocketAddr)>,
     local: SocketAddr,
 }
 
 impl TlsListener {
-    fn spawn(tcp: TcpListener, acceptor: TlsAcceptor) -> Self {
+    pub(crate) fn spawn(tcp: TcpListener, acceptor: TlsAcceptor) -> Self {
         let local = tcp
             .local_addr()
             .unwrap_or_else(|_| ([0, 0, 0, 0], 0).into());
@@ -304,7 +304,7 @@ impl TlsListener {
                     Ok(c) => c,
                     Err(e) => {
                         // Out of file descriptors and the like: pause rather than spin.
-                        warn!(error = %e, "webhook accept failed");
+                        warn!(error = %e, "TLS accept failed");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
@@ -319,8 +319,8 @@ impl TlsListener {
                             };
                             let _ = handed.send((counted, peer)).await;
                         }
-                        Ok(Err(e)) => debug!(%peer, error = %e, "webhook TLS handshake failed"),
-                        Err(_) => debug!(%peer, "webhook TLS handshake timed out"),
+                        Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => debug!(%peer, "TLS handshake timed out"),
                     }
                 });
                 if tx.is_closed() {
@@ -333,7 +333,7 @@ impl TlsListener {
 }
 
 /// A connection that holds one of the [`MAX_CONNECTIONS`] places until it is dropped.
-struct Counted {
+pub(crate) struct Counted {
     io: TlsStream<tokio::net::TcpStream>,
     _permit: OwnedSemaphorePermit,
 }

@@ -1076,6 +1076,7 @@ async fn machine_waits_with_reasons_and_proceeds_on_watch_events() {
     env.run_mut(|env| {
         async move {
             let port = env.manager.as_ref().unwrap().health_port;
+            let diagnostics_port = env.manager.as_ref().unwrap().diagnostics_port;
             let r = env.handle();
             let ns = r.namespace("a").await;
             let name = format!("{}-c", env.id);
@@ -1138,7 +1139,7 @@ async fn machine_waits_with_reasons_and_proceeds_on_watch_events() {
                     .unwrap();
                 assert_eq!(resp.status(), 200, "/{path}");
             }
-            let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
+            let metrics = scrape(diagnostics_port, None)
                 .await
                 .unwrap()
                 .text()

@@ -50,6 +50,7 @@ use crate::{
     },
     capi::{Cluster, Machine, MachinePool, WATCH_FILTER_LABEL},
     docker::EngineEvent,
+    telemetry::Outcome,
 };
 
 /// Which objects the manager watches and how many it reconciles at once.
@@ -288,6 +289,13 @@ async fn run_family<S, C, M, P>(
     let own = OwnWatches::new(kinds, scope, &client, &wc);
     let (infra_clusters, infra_writer) = reflector::store();
     let (wake, woken) = futures::channel::mpsc::unbounded();
+    for (kind, n) in [
+        (kinds.cluster, scope.cluster_concurrency),
+        (kinds.machine, scope.machine_concurrency),
+        (kinds.pool, scope.cluster_concurrency),
+    ] {
+        shared.metrics.set_max_concurrent_reconciles(kind, n);
+    }
     let ctx = Arc::new(Context {
         shared,
         kinds,
@@ -537,10 +545,13 @@ async fn instrumented(
         return Ok(Action::requeue(CACHE_LAG_RETRY));
     }
     let start = Instant::now();
+    let worker = ctx.metrics.worker(kind);
     let result = fut.await;
+    drop(worker);
     ctx.metrics.observe_reconcile(
         kind,
         start.elapsed(),
+        outcome(&result, ctx.settings.resync),
         result.as_ref().err().map(Error::kind),
     );
     if result.is_ok() {
@@ -560,6 +571,16 @@ async fn instrumented(
         .await;
     }
     result
+}
+
+/// controller-runtime's result of a reconcile. Looking again after the resync period is how a
+/// kube-runtime controller spells upstream's `SyncPeriod`, which upstream counts as a success.
+fn outcome(result: &Result<Action>, resync: Duration) -> Outcome {
+    match result {
+        Err(_) => Outcome::Error,
+        Ok(a) if *a == Action::await_change() || *a == Action::requeue(resync) => Outcome::Success,
+        Ok(_) => Outcome::RequeueAfter,
+    }
 }
 
 fn error_policy(kind: &str, obj: Arc<impl Resource>, error: &Error, ctx: Arc<Context>) -> Action {

@@ -46,6 +46,13 @@ pub struct Flags {
     /// Address of /healthz, /readyz and /metrics.
     #[arg(long, env = "CAPD_HEALTH_ADDR", default_value = "0.0.0.0:9440")]
     pub health_addr: String,
+    /// Address of /metrics: HTTPS, every request authenticated (TokenReview) and authorised
+    /// (SubjectAccessReview, get on the non-resource URL /metrics), as upstream's.
+    #[arg(long, env = "CAPD_DIAGNOSTICS_ADDRESS", default_value = ":8443")]
+    pub diagnostics_address: String,
+    /// Serve /metrics over plain HTTP without authentication or authorisation.
+    #[arg(long, env = "CAPD_INSECURE_DIAGNOSTICS", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    pub insecure_diagnostics: bool,
     /// Port of the conversion webhook (HTTPS, `/convert`).
     #[arg(long, env = "CAPD_WEBHOOK_PORT", default_value_t = 9443)]
     pub webhook_port: u16,

@@ -23,6 +23,7 @@ use crate::{
     api::{DockerCluster, DockerMachine, DockerMachinePool},
     capi::{Cluster, Machine, MachinePool},
     controllers::{self, Shared},
+    diagnostics,
     docker::{
         ContainerRuntime, RuntimeError,
         engine::{BollardRuntime, EngineOptions},
@@ -56,7 +57,9 @@ pub enum ManagerError {
     Docker(String),
     #[error("conversion webhook: {0}")]
     Webhook(#[from] crate::webhook::WebhookError),
-    #[error("health/metrics server on {addr}: {source}")]
+    #[error("diagnostics server: {0}")]
+    Diagnostics(#[from] crate::diagnostics::DiagnosticsError),
+    #[error("health server on {addr}: {source}")]
     Http {
         addr: String,
         source: std::io::Error,
@@ -83,7 +86,6 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     // Health and metrics answer from the start; readiness follows the controllers.
     let ready = Arc::new(AtomicBool::new(false));
     let state = HttpState {
-        metrics: metrics.clone(),
         ready: ready.clone(),
     };
     let listener = tokio::net::TcpListener::bind(&flags.health_addr)
@@ -92,8 +94,16 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
             addr: flags.health_addr.clone(),
             source,
         })?;
-    info!(addr = %flags.health_addr, "serving /healthz, /readyz and /metrics");
+    info!(addr = %flags.health_addr, "serving /healthz and /readyz");
     let http_task = tokio::spawn(http::serve_on(listener, state, stop.clone()));
+    let diagnostics_task = diagnostics::start(
+        &flags.diagnostics_address,
+        flags.insecure_diagnostics,
+        metrics.clone(),
+        client.clone(),
+        stop.clone(),
+    )
+    .await?;
     // Conversion needs neither the engine nor leadership: serve it before waiting on either.
     let webhook_task =
         webhook::start(&flags.webhook_addr(), &flags.webhook_cert_dir, stop.clone()).await?;
@@ -164,6 +174,7 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     info!("controllers stopped");
     shutdown.cancel();
     let _ = http_task.await;
+    let _ = diagnostics_task.await;
     if let Some(task) = webhook_task {
         let _ = task.await;
     }
@@ -191,12 +202,20 @@ async fn kube_client(flags: &Flags, metrics: &Metrics) -> Result<Client, Manager
                 source: Box::new(e),
             })?,
     };
+    // client-go's host label: the API server's host:port.
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let builder =
         kube::client::ClientBuilder::try_from(config).map_err(|e| ManagerError::Kubeconfig {
             what: "client".into(),
             source: Box::new(e),
         })?;
-    Ok(builder.with_layer(&metrics.kube_request_layer()).build())
+    Ok(builder
+        .with_layer(&metrics.kube_request_layer(&host))
+        .build())
 }
 
 /// SIGTERM or SIGINT starts a graceful shutdown; a second one exits at once.

@@ -1,6 +1,11 @@
-//! Logging setup and the Prometheus metrics the manager exports.
+//! Logging setup and the Prometheus metrics the manager exports: our own `capd_*` series (here),
+//! and beside them controller-runtime's (`controller_runtime.rs`), client-go's request counter
+//! (`kube_requests.rs`) and the process's (`process.rs`), under upstream's names.
+mod controller_runtime;
 mod kube_requests;
+mod process;
 
+pub use controller_runtime::{ActiveWorker, Outcome};
 pub use kube_requests::CountRequests;
 use std::{
     sync::{Arc, Mutex},
@@ -121,11 +126,24 @@ pub struct Metrics {
     tracked: Scraped<TrackedLabels>,
     tasks: Gauge,
     kube_requests: Family<kube_requests::RequestLabels, Counter>,
+    rest_client: Family<kube_requests::RestClientLabels, Counter>,
+    runtime: controller_runtime::ControllerRuntime,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("capd");
+        // Upstream's series at the root; ours in a `capd_` sub-registry.
+        let mut root = Registry::default();
+        let runtime = controller_runtime::ControllerRuntime::default();
+        runtime.register(&mut root);
+        let rest_client = Family::<kube_requests::RestClientLabels, Counter>::default();
+        root.register(
+            "rest_client_requests",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            rest_client.clone(),
+        );
+        root.register_collector(Box::new(process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("capd");
         let reconciles = Family::<ControllerLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let durations = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
@@ -167,7 +185,7 @@ impl Default for Metrics {
             kube_requests.clone(),
         );
         Self {
-            registry: Mutex::new(registry),
+            registry: Mutex::new(root),
             reconciles,
             errors,
             durations,
@@ -175,12 +193,23 @@ impl Default for Metrics {
             tracked,
             tasks,
             kube_requests,
+            rest_client,
+            runtime,
         }
     }
 }
 
 impl Metrics {
-    pub fn observe_reconcile(&self, controller: &str, took: Duration, error_kind: Option<&str>) {
+    /// A reconcile of `controller` ended after `took`: `error_kind` when it failed, else how it
+    /// asked to be looked at again (controller-runtime's result label).
+    pub fn observe_reconcile(
+        &self,
+        controller: &str,
+        took: Duration,
+        outcome: Outcome,
+        error_kind: Option<&str>,
+    ) {
+        self.runtime.observe(controller, took, outcome);
         let labels = ControllerLabels {
             controller: controller.to_string(),
         };
@@ -198,9 +227,24 @@ impl Metrics {
         }
     }
 
-    /// A layer for the kube client that counts every request it sends into these metrics.
-    pub fn kube_request_layer(&self) -> CountRequests {
-        CountRequests(self.kube_requests.clone())
+    /// A reconcile of `controller` is running until the returned guard is dropped.
+    pub fn worker(&self, controller: &str) -> ActiveWorker {
+        self.runtime.worker(controller)
+    }
+
+    /// The concurrency a controller was started with.
+    pub fn set_max_concurrent_reconciles(&self, controller: &str, n: u16) {
+        self.runtime.set_max_concurrent_reconciles(controller, n);
+    }
+
+    /// A layer for the kube client that counts every request it sends into these metrics;
+    /// `host` is the API server's `host:port`.
+    pub fn kube_request_layer(&self, host: &str) -> CountRequests {
+        CountRequests {
+            requests: self.kube_requests.clone(),
+            rest_client: self.rest_client.clone(),
+            host: host.to_string(),
+        }
     }
 
     /// Where the Docker call counts (operation, count) come from.
@@ -236,10 +280,16 @@ mod tests {
     #[test]
     fn renders_counts_errors_docker_calls_and_tracked_objects() {
         let m = Metrics::default();
-        m.observe_reconcile("DockerMachine", Duration::from_millis(20), None);
         m.observe_reconcile(
             "DockerMachine",
             Duration::from_millis(20),
+            Outcome::Success,
+            None,
+        );
+        m.observe_reconcile(
+            "DockerMachine",
+            Duration::from_millis(20),
+            Outcome::Error,
             Some("docker_unavailable"),
         );
         m.set_docker_call_source(Arc::new(|| vec![("inspect".to_string(), 7)]));
@@ -257,6 +307,49 @@ mod tests {
         assert!(
             text.contains(r#"capd_tracked_objects{map="backoff"} 3"#),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn renders_controller_runtime_client_go_and_process_series() {
+        let m = Metrics::default();
+        m.set_max_concurrent_reconciles("DockerMachine", 100);
+        let worker = m.worker("DockerMachine");
+        m.observe_reconcile(
+            "DockerMachine",
+            Duration::from_millis(20),
+            Outcome::RequeueAfter,
+            None,
+        );
+        m.observe_reconcile(
+            "DockerMachine",
+            Duration::from_millis(20),
+            Outcome::Error,
+            Some("stale"),
+        );
+        let text = m.render();
+        for line in [
+            r#"controller_runtime_reconcile_total{controller="dockermachine",result="requeue_after"} 1"#,
+            r#"controller_runtime_reconcile_total{controller="dockermachine",result="error"} 1"#,
+            r#"controller_runtime_reconcile_errors_total{controller="dockermachine"} 1"#,
+            r#"controller_runtime_reconcile_time_seconds_count{controller="dockermachine"} 2"#,
+            r#"controller_runtime_max_concurrent_reconciles{controller="dockermachine"} 100"#,
+            r#"controller_runtime_active_workers{controller="dockermachine"} 1"#,
+            r#"workqueue_retries_total{name="dockermachine",controller="dockermachine"} 1"#,
+            r#"workqueue_work_duration_seconds_count{name="dockermachine",controller="dockermachine"} 2"#,
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_virtual_memory_bytes ",
+            "process_start_time_seconds ",
+            "process_open_fds ",
+            "process_max_fds ",
+        ] {
+            assert!(text.contains(line), "{line} missing:\n{text}");
+        }
+        drop(worker);
+        assert!(
+            m.render()
+                .contains(r#"controller_runtime_active_workers{controller="dockermachine"} 0"#)
         );
     }
 }

@@ -86,6 +86,23 @@ pub async fn docker() -> BollardRuntime {
         .expect("Docker Engine not reachable; run `hack/docker-engine.sh`")
 }
 
+/// GET the /metrics of a manager's diagnostics server on `port`: HTTPS with `token` as bearer
+/// (the certificate is self-signed, made at the manager's start: not verified), else plain HTTP.
+pub async fn scrape(port: u16, token: Option<&str>) -> reqwest::Result<reqwest::Response> {
+    match token {
+        Some(token) => {
+            reqwest::Client::builder()
+                .danger_accept_invalid_certs(true)
+                .build()?
+                .get(format!("https://127.0.0.1:{port}/metrics"))
+                .bearer_auth(token)
+                .send()
+                .await
+        }
+        None => reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await,
+    }
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -107,12 +124,20 @@ pub struct TestEnv {
     /// A restarted API server answers 403 until its authorizer has synced: fault tests that
     /// restart it set this, so those refusals do not fail them.
     pub forbidden_expected: bool,
+    /// A bearer token allowed to get /metrics: managers started while it is set serve /metrics
+    /// as in production (HTTPS, token and access reviews) and are scraped with it; without it
+    /// they run with --insecure-diagnostics (plain HTTP, no auth).
+    pub metrics_token: Option<String>,
 }
 
 /// The manager binary running as a child process for one test.
 pub struct Manager {
     pub child: Child,
     pub health_port: u16,
+    /// Port of /metrics (--diagnostics-address).
+    pub diagnostics_port: u16,
+    /// The token its /metrics is scraped with; None: plain HTTP, no auth.
+    pub metrics_token: Option<String>,
     pub log: PathBuf,
 }
 
@@ -144,8 +169,7 @@ impl Manager {
     /// Record the Kubernetes requests this manager made (tests/common/rbac.rs); call before it
     /// is killed, or they are lost.
     pub async fn record_rbac_usage(&self) {
-        let url = format!("http://127.0.0.1:{}/metrics", self.health_port);
-        if let Ok(metrics) = reqwest::get(url).await {
+        if let Ok(metrics) = scrape(self.diagnostics_port, self.metrics_token.as_deref()).await {
             rbac::record_usage(&metrics.text().await.unwrap_or_default());
         }
     }
@@ -172,6 +196,7 @@ impl TestEnv {
             id: id.clone(),
             manager_kubeconfig: rbac::cluster_role_kubeconfig(&client).await,
             forbidden_expected: false,
+            metrics_token: None,
             client,
             docker: docker().await,
             network: format!("capd-rs-test-{id}"),
@@ -189,6 +214,8 @@ impl TestEnv {
             client: self.client.clone(),
             network: self.network.clone(),
             health_port: self.manager.as_ref().map_or(0, |m| m.health_port),
+            diagnostics_port: self.manager.as_ref().map_or(0, |m| m.diagnostics_port),
+            metrics_token: self.metrics_token.clone(),
         }
     }
 
@@ -227,7 +254,7 @@ impl TestEnv {
     }
 
     fn launch(&self, name: &str, extra_args: &[&str], docker_host: Option<&str>) -> Manager {
-        let port = free_port();
+        let (port, diagnostics_port) = (free_port(), free_port());
         let log = std::env::temp_dir().join(format!("capd-rs-manager-{}{name}.log", self.id));
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -243,6 +270,14 @@ impl TestEnv {
             self.manager_kubeconfig.display()
         ))
         .arg(format!("--health-addr=127.0.0.1:{port}"))
+        .arg(format!(
+            "--diagnostics-address=127.0.0.1:{diagnostics_port}"
+        ))
+        .args(
+            self.metrics_token
+                .is_none()
+                .then_some("--insecure-diagnostics"),
+        )
         .arg(format!("--docker-network={}", self.network))
         .arg(format!("--container-label={TEST_LABEL}={}", self.id))
         .arg("--log-level=debug")
@@ -262,6 +297,8 @@ impl TestEnv {
         Manager {
             child,
             health_port: port,
+            diagnostics_port,
+            metrics_token: self.metrics_token.clone(),
             log,
         }
     }
@@ -444,8 +481,12 @@ pub struct TestEnvRef {
     pub id: String,
     pub client: Client,
     pub network: String,
-    /// Port of the manager's /healthz, /readyz and /metrics (0 without a manager).
+    /// Port of the manager's /healthz and /readyz (0 without a manager).
     pub health_port: u16,
+    /// Port of the manager's /metrics (0 without a manager).
+    pub diagnostics_port: u16,
+    /// The token /metrics is scraped with (None: the manager serves it plain, without auth).
+    pub metrics_token: Option<String>,
 }
 
 /// The text a panic was raised with (`panic!`/`assert!` give a `String` or a `&str`).
@@ -535,7 +576,7 @@ impl TestEnvRef {
     /// The sum of the manager's /metrics samples whose line starts with `prefix` (a metric name
     /// and the start of its label set, e.g. `capd_kube_api_requests_total{verb="get"`).
     pub async fn metric(&self, prefix: &str) -> u64 {
-        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.health_port))
+        let text = scrape(self.diagnostics_port, self.metrics_token.as_deref())
             .await
             .expect("metrics endpoint")
             .text()

@@ -488,12 +488,16 @@ impl Bench {
             )
             .await
         } else {
+            // As upstream above: /metrics plain on its own port (the bench reads it, no auth).
+            let metrics = process::free_port()?;
             let args = vec![
                 kubeconfig,
                 format!("--watch-filter={id}"),
                 format!("--container-label={LABEL_KEY}={id}"),
                 format!("--docker-network={id}"),
                 format!("--health-addr=127.0.0.1:{port}"),
+                format!("--diagnostics-address=127.0.0.1:{metrics}"),
+                "--insecure-diagnostics".into(),
                 format!("--lb-image={}", self.cfg.lb_image),
             ];
             Manager::start(
@@ -502,7 +506,7 @@ impl Bench {
                 &env,
                 log,
                 format!("http://127.0.0.1:{port}/readyz"),
-                format!("http://127.0.0.1:{port}/metrics"),
+                format!("http://127.0.0.1:{metrics}/metrics"),
                 process::CAPD_RS_REQUESTS,
             )
             .await
