@@ -9,6 +9,7 @@ pub mod fake;
 pub mod haproxy;
 pub mod host_paths;
 pub mod image;
+pub mod kind_images;
 pub mod labels;
 pub mod naming;
 pub mod runtime;

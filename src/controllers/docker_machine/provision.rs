@@ -509,6 +509,7 @@ impl Provisioning<'_, '_> {
             privilege: ctx.settings.node_privilege.clone(),
             ipv6,
             proxy_env: specs::proxy_env(|k| std::env::var(k).ok(), &[], name),
+            kind_mode: specs::node_kind_mode(version, dm.spec.custom_image.as_deref()),
         });
         info!(container = %name, %image, role, "creating node container");
         let started = std::time::Instant::now();
