@@ -287,7 +287,7 @@ pub fn deprecated(
         .and_then(|d| d.conditions.as_deref())
         .unwrap_or_default();
     let conds = derive(kind, conditions.unwrap_or_default(), ctx, previous, now);
-    (!conds.is_empty()).then(|| Deprecated {
+    (!conds.is_empty()).then_some(Deprecated {
         v1beta1: Some(DeprecatedV1Beta1 {
             conditions: Some(conds),
         }),

@@ -159,13 +159,13 @@ pub fn lookup(
     prerelease: bool,
     custom_image: Option<&str>,
 ) -> Mapping {
-    if let Some(custom) = custom_image.filter(|c| !c.is_empty()) {
-        if let Some((_, mode, image)) = PREBUILT.iter().find(|(_, _, i)| *i == custom) {
-            return Mapping {
-                image: Some(image),
-                mode: *mode,
-            };
-        }
+    if let Some(custom) = custom_image.filter(|c| !c.is_empty())
+        && let Some((_, mode, image)) = PREBUILT.iter().find(|(_, _, i)| *i == custom)
+    {
+        return Mapping {
+            image: Some(image),
+            mode: *mode,
+        };
     }
     let mut guess = Mapping {
         image: None,
