@@ -59,6 +59,7 @@ async fn v1beta1_is_served_through_the_conversion_webhook() {
         upstream_v1beta1_manifests_apply_unchanged(&h, &ns).await;
         written_as_v1beta1_reads_back_identical(&h, &ns).await;
         v1beta1_writes_keep_what_only_v1beta2_holds(&h, &ns).await;
+        reconciled_objects_show_v1beta1_conditions(&h, &ns).await;
     })
     .await;
 }
@@ -326,4 +327,153 @@ async fn without_a_certificate_conversion_is_off_and_the_manager_runs() {
         .await;
     })
     .await;
+}
+
+/// `(type, status, severity, reason, message)` of each v1beta1 condition of an object read as
+/// v1beta1, every one with a lastTransitionTime.
+fn v1beta1_conditions(o: &DynamicObject) -> Vec<(String, String, String, String, String)> {
+    let s = |c: &Value, k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    o.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            assert!(
+                c.get("lastTransitionTime")
+                    .and_then(Value::as_str)
+                    .is_some(),
+                "{c}"
+            );
+            (
+                s(c, "type"),
+                s(c, "status"),
+                s(c, "severity"),
+                s(c, "reason"),
+                s(c, "message"),
+            )
+        })
+        .collect()
+}
+
+/// A DockerCluster and a DockerMachine reconciled by the manager, read as v1beta1, show
+/// upstream's v1beta1 conditions (from `status.deprecated.v1beta1.conditions`), Ready first.
+async fn reconciled_objects_show_v1beta1_conditions(h: &TestEnvRef, ns: &str) {
+    const LONG: Duration = Duration::from_secs(90);
+    let name = format!("{}-c", h.id);
+    h.provisioned_cluster(ns, &name).await;
+    h.create_secret(
+        ns,
+        "boot",
+        Some(include_str!("fixtures/bootstrap-ok.yaml")),
+        None,
+    )
+    .await;
+    h.create_machine(
+        ns,
+        &name,
+        "m0",
+        false,
+        Some("boot"),
+        json!({"customImage": common::NODE_IMAGE}),
+    )
+    .await;
+    eventually(LONG, "m0 provisioned", || async {
+        h.docker_machine(ns, "m0")
+            .await
+            .filter(common::fully_provisioned)
+    })
+    .await;
+    let t = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let true_ = |ty: &str| {
+        (
+            ty.to_string(),
+            "True".to_string(),
+            String::new(),
+            String::new(),
+            String::new(),
+        )
+    };
+    let dc = eventually(LONG, "DockerCluster v1beta1 conditions", || async {
+        let o = api(h, ns, "v1beta1", "DockerCluster")
+            .get(&name)
+            .await
+            .ok()?;
+        (!v1beta1_conditions(&o).is_empty()).then_some(o)
+    })
+    .await;
+    assert_eq!(
+        v1beta1_conditions(&dc),
+        vec![true_("Ready"), true_("LoadBalancerAvailable")],
+        "{:#}",
+        dc.data["status"]
+    );
+    let dm = eventually(LONG, "DockerMachine v1beta1 conditions", || async {
+        let o = api(h, ns, "v1beta1", "DockerMachine")
+            .get("m0")
+            .await
+            .ok()?;
+        (v1beta1_conditions(&o).len() == 3).then_some(o)
+    })
+    .await;
+    assert_eq!(
+        v1beta1_conditions(&dm),
+        vec![
+            true_("Ready"),
+            true_("BootstrapExecSucceeded"),
+            true_("ContainerProvisioned")
+        ],
+        "{:#}",
+        dm.data["status"]
+    );
+    // Stored in v1beta2 under status.deprecated.v1beta1 (where upstream keeps them).
+    let stored = api(h, ns, "v1beta2", "DockerMachine")
+        .get("m0")
+        .await
+        .unwrap();
+    let types: Vec<_> = stored.data["status"]["deprecated"]["v1beta1"]["conditions"]
+        .as_array()
+        .expect("status.deprecated.v1beta1.conditions")
+        .iter()
+        .map(|c| c["type"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        types,
+        t(&["Ready", "BootstrapExecSucceeded", "ContainerProvisioned"])
+    );
+
+    // A control-plane machine waiting for its bootstrap data: False, Info, upstream's reason, a step counter.
+    h.create_machine(
+        ns,
+        &name,
+        "m1",
+        true,
+        None,
+        json!({"customImage": common::NODE_IMAGE}),
+    )
+    .await;
+    let waiting = eventually(LONG, "m1 waiting, as v1beta1", || async {
+        let o = api(h, ns, "v1beta1", "DockerMachine")
+            .get("m1")
+            .await
+            .ok()?;
+        let c = v1beta1_conditions(&o);
+        c.iter().any(|c| c.0 == "Ready").then_some(c)
+    })
+    .await;
+    let f = |ty: &str, reason: &str, message: &str| {
+        (
+            ty.to_string(),
+            "False".to_string(),
+            "Info".to_string(),
+            reason.to_string(),
+            message.to_string(),
+        )
+    };
+    assert_eq!(
+        waiting,
+        vec![
+            f("Ready", "WaitingForBootstrapData", "0 of 2 completed"),
+            f("ContainerProvisioned", "WaitingForBootstrapData", "")
+        ]
+    );
 }

@@ -384,6 +384,7 @@ async fn node_container_lifecycle() {
             },
             ipv6: false,
             proxy_env: vec![],
+            kind_mode: capd::docker::kind_images::KindMode::Mode0_20,
         });
         // A host path holding a `:` is one path, not options (a string bind would read
         // `ro,z` after it as options, or fail).

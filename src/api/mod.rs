@@ -16,6 +16,7 @@ pub mod docker_machine_pool;
 pub mod prune;
 pub mod templates;
 pub mod v1beta1;
+pub mod v1beta1_conditions;
 
 pub use common::*;
 pub use docker_cluster::*;

@@ -20,6 +20,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::error::{Error, Result};
+use crate::api::v1beta1_conditions::V1Beta1Mirror;
 
 /// The resourceVersion each object had after our last write to it, by UID, and when we wrote it.
 /// With it a reconcile can tell a cached view that predates our own write (the watch has not
@@ -125,6 +126,8 @@ pub struct Patcher<'a> {
     /// since the view was ours (`None` once a write shows one that was not).
     view_generation: Option<i64>,
     own_generation: Option<i64>,
+    /// The view has a deletionTimestamp (the v1beta1 summary counts no steps then).
+    deleting: bool,
 }
 
 fn params() -> PatchParams {
@@ -142,6 +145,7 @@ impl<'a> Patcher<'a> {
             view_rv: obj.resource_version(),
             view_generation: obj.meta().generation,
             own_generation: obj.meta().generation,
+            deleting: obj.meta().deletion_timestamp.is_some(),
         }
     }
 
@@ -240,11 +244,13 @@ impl<'a> Patcher<'a> {
     }
 
     /// Write the status we own when it differs from the view (see [`can_skip_status`]), as a
-    /// merge patch conditional on the resourceVersion this reconcile last saw or wrote.
+    /// merge patch conditional on the resourceVersion this reconcile last saw or wrote. The v1beta1
+    /// conditions (`deprecated`) are derived here from the v1beta2 ones, for every status written.
     pub async fn status<S>(&mut self, current: Option<&S>, desired: &S) -> Result<bool>
     where
-        S: Serialize + PartialEq,
+        S: Serialize + PartialEq + V1Beta1Mirror,
     {
+        let desired = &desired.with_v1beta1(current, self.deleting, chrono::Utc::now());
         let last = self.writes.get(&self.uid);
         if can_skip_status(current, desired, self.view_rv.as_deref(), last.as_deref()) {
             return Ok(false);

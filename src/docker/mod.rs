@@ -10,6 +10,7 @@ pub mod haproxy;
 pub mod haproxy_template;
 pub mod host_paths;
 pub mod image;
+pub mod kind_images;
 pub mod labels;
 pub mod naming;
 pub mod runtime;

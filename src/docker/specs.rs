@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::haproxy::{BACKEND_PORT, STATS_PORT};
+use super::kind_images::{self, KindMode};
 use super::labels::{ROLE_CONTROL_PLANE, ROLE_LOAD_BALANCER};
 use super::naming::load_balancer_name;
 use super::runtime::{BindMount, ContainerSpec, NodePrivilege, PortPublish};
@@ -13,15 +14,6 @@ pub const DEFAULT_LB_IMAGE: &str = "kindest/haproxy:v20230606-42a2262b";
 pub const DEFAULT_NODE_REPOSITORY: &str = "kindest";
 /// Name of kind's node image inside its repository.
 pub const NODE_IMAGE_NAME: &str = "node";
-
-/// Kubernetes versions for which kind publishes node images, newest kind release first (kind v0.32,
-/// v0.31, v0.30). Tags only: a digest would make a locally built or imported image with the same
-/// tag unusable offline, since a locally imported image has no repository digest to match.
-const KNOWN_NODE_VERSIONS: &[&str] = &[
-    "1.36.1", "1.35.5", "1.34.8", "1.33.12", // kind v0.32
-    "1.35.0", "1.34.3", "1.33.7", "1.32.11", "1.31.14", // kind v0.31
-    "1.34.0", "1.33.4", "1.32.8", "1.31.12", // kind v0.30
-];
 
 /// A Kubernetes version parsed the way Go's `semver.ParseTolerant` does for the cases that occur
 /// in `Machine.spec.version`: an optional leading `v`, a missing minor or patch read as 0.
@@ -120,16 +112,31 @@ pub fn node_image(
     } else {
         default_repository.trim().trim_end_matches('/')
     };
-    // A version kind publishes a pre-built image for comes from the table; any other version
-    // gets upstream's best guess. Without digests both give the same tag shape.
-    let known = KNOWN_NODE_VERSIONS
-        .iter()
-        .find(|k| v.pre.is_none() && v.build.is_none() && parse_version(k).as_ref() == Ok(&v));
-    let tag = match known {
-        Some(k) => format!("v{k}"),
+    // A version kind publishes a pre-built image for takes the tag of upstream's table; any other
+    // version gets upstream's best guess. Tags only, no digest: a locally built or imported image
+    // with the same tag has no repository digest to match, and must stay usable offline.
+    let tag = match kind_mapping(&v, None).image {
+        Some(image) => kind_images::image_tag(image).to_string(),
         None => format!("v{v}").replace('+', "_"),
     };
     Ok(format!("{repository}/{NODE_IMAGE_NAME}:{tag}"))
+}
+
+/// Upstream's kind table for a parsed version (build metadata counts as a prerelease: such a
+/// version is never a table row).
+fn kind_mapping(v: &Version, custom_image: Option<&str>) -> kind_images::Mapping {
+    let unreleased = v.pre.is_some() || v.build.is_some();
+    kind_images::lookup((v.major, v.minor, v.patch), unreleased, custom_image)
+}
+
+/// How the node image of a Machine must be run (upstream's kind mode): from the custom image when
+/// the table lists it, else from the version; an unparsable or empty version gets the latest mode.
+pub fn node_kind_mode(version: &str, custom_image: Option<&str>) -> KindMode {
+    let custom = custom_image.map(str::trim).filter(|c| !c.is_empty());
+    match parse_version(version) {
+        Ok(v) => kind_mapping(&v, custom).mode,
+        Err(_) => kind_images::lookup((0, 0, 0), true, custom).mode,
+    }
 }
 
 /// The load-balancer image: `default_image` (the manager flag, upstream
@@ -178,6 +185,8 @@ pub struct NodeParams<'a> {
     pub ipv6: bool,
     /// `KEY=value` proxy variables (see [`proxy_env`]).
     pub proxy_env: Vec<String>,
+    /// The kind release family that built the image (see [`node_kind_mode`]).
+    pub kind_mode: KindMode,
 }
 
 /// The container spec of a node, as upstream CAPD runs kind node images.
@@ -232,7 +241,8 @@ pub fn node_container_spec(p: &NodeParams<'_>) -> ContainerSpec {
         privilege: p.privilege.clone(),
         security_opt: vec!["seccomp=unconfined".into(), "apparmor=unconfined".into()],
         sysctls,
-        cgroupns_private: true,
+        // kind v0.20 and newer images need a private cgroup namespace; older ones the host's.
+        cgroupns_private: p.kind_mode != KindMode::Mode0_19,
         tty: true,
         restart_on_failure: Some(1),
     }
@@ -416,6 +426,66 @@ mod tests {
     }
 
     #[test]
+    fn node_image_follows_upstreams_table() {
+        // Every release version of upstream's table maps to its own tag (no digest).
+        for (v, _, image) in kind_images::PREBUILT {
+            let want = format!(
+                "kindest/{}",
+                image
+                    .split('@')
+                    .next()
+                    .unwrap()
+                    .trim_start_matches("kindest/")
+            );
+            if *v == "1.27.16" && image.contains("v1.27.17") {
+                continue; // upstream's row 1.27.16 -> v1.27.17 is shadowed by an earlier 1.27.16 row
+            }
+            assert_eq!(node_image(v, None, "kindest").unwrap(), want);
+        }
+        // Versions only upstream's whole table knows (the old 13 did not).
+        assert_eq!(
+            node_image("v1.37.0", None, "").unwrap(),
+            "kindest/node:v1.37.0"
+        );
+        assert_eq!(
+            node_image("v1.19.16", None, "").unwrap(),
+            "kindest/node:v1.19.16"
+        );
+    }
+
+    #[test]
+    fn kind_mode_decides_the_cgroup_namespace() {
+        assert_eq!(node_kind_mode("v1.27.1", None), KindMode::Mode0_19);
+        assert_eq!(node_kind_mode("v1.35.0", None), KindMode::Mode0_20);
+        assert_eq!(node_kind_mode("v1.35.99", None), KindMode::Mode0_20);
+        assert_eq!(node_kind_mode("", Some("my/node:x")), KindMode::Mode0_20);
+        assert_eq!(
+            node_kind_mode(
+                "",
+                Some(
+                    "kindest/node:v1.26.0@sha256:691e24bd2417609db7e589e1a479b902d2e209892a10ce375fab60a8407c7352"
+                )
+            ),
+            KindMode::Mode0_19
+        );
+        let mut p = node("worker", &[], false);
+        assert!(p.cgroupns_private);
+        p = node_container_spec(&NodeParams {
+            kind_mode: KindMode::Mode0_19,
+            name: "n",
+            image: "kindest/node:v1.27.1",
+            role: "worker",
+            labels: BTreeMap::new(),
+            network: "kind",
+            extra_mounts: &[],
+            privilege: NodePrivilege::Privileged,
+            ipv6: false,
+            proxy_env: vec![],
+        });
+        assert!(!p.cgroupns_private);
+    }
+
+    #[test]
     fn node_image_errors() {
         let e = node_image("", None, "kindest").unwrap_err();
         assert_eq!(
@@ -489,6 +559,7 @@ mod tests {
             privilege: NodePrivilege::Privileged,
             ipv6,
             proxy_env: vec!["HTTP_PROXY=http://p:3128".into()],
+            kind_mode: KindMode::Mode0_20,
         })
     }
 

@@ -291,7 +291,11 @@ impl Provisioning<'_, '_> {
         // A Kubernetes node (a kind-style image) gets its providerID on the Node object before
         // ours is set, so that CAPI core's nodeRef matching finds it as soon as it looks.
         let provider_id = naming::provider_id(&name);
-        if let Some(wait) = self.set_node_provider_id(&name, &provider_id).await? {
+        let addresses = status.addresses.clone().unwrap_or_default();
+        if let Some(wait) = self
+            .set_node_provider_id(&name, &provider_id, &addresses)
+            .await?
+        {
             return Ok(wait);
         }
         // providerID in spec first: CAPI core needs it together with provisioned=true. (Not the
@@ -409,6 +413,7 @@ impl Provisioning<'_, '_> {
         &self,
         container: &str,
         provider_id: &str,
+        addresses: &[MachineAddress],
     ) -> Result<Option<Action>> {
         let (b, ctx) = (self.bound, self.ctx);
         // In the image, so the engine can tell without an exec.
@@ -429,7 +434,9 @@ impl Provisioning<'_, '_> {
             .client(&ctx.client, &b.namespace, &b.cluster_name, &endpoint)
             .await
         {
-            Ok(client) => workload::set_provider_id(&client, container, provider_id).await,
+            Ok(client) => {
+                workload::set_provider_id(&client, container, provider_id, addresses).await
+            }
             Err(e) => Err(e),
         };
         match outcome {
@@ -509,6 +516,7 @@ impl Provisioning<'_, '_> {
             privilege: ctx.settings.node_privilege.clone(),
             ipv6,
             proxy_env: specs::proxy_env(|k| std::env::var(k).ok(), &[], name),
+            kind_mode: specs::node_kind_mode(version, dm.spec.custom_image.as_deref()),
         });
         info!(container = %name, %image, role, "creating node container");
         let started = std::time::Instant::now();

@@ -1,4 +1,5 @@
-//! Clients for workload clusters, and the one thing we write there: the Node's `providerID`.
+//! Clients for workload clusters, and the one thing we write there: the Node (its `providerID`,
+//! and for a Node waiting for an external cloud provider its addresses and taint).
 //!
 //! CAPI core sets `Machine.status.nodeRef` by matching `Node.spec.providerID` with the Machine's;
 //! a kind-style node's kubelet has no cloud provider to set it, so the infrastructure provider
@@ -15,7 +16,9 @@ use std::{
 
 pub mod kubeconfig;
 
-use k8s_openapi::api::core::v1::{Node, Secret, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, Secret, Taint};
+
+use crate::api::{MachineAddress, MachineAddressType};
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams},
@@ -136,9 +139,28 @@ fn error_kind(e: &dyn std::error::Error) -> String {
         .to_string()
 }
 
-/// What a Node needs from us: the patch that sets its providerID and removes the uninitialized
-/// taint, or `None` when it is already right. Pure, so the rules are unit-tested.
-pub fn node_patch(node: &Node, provider_id: &str) -> Option<serde_json::Value> {
+/// What a Node needs from us, or `None` when it is already right. Pure, so the rules are
+/// unit-tested.
+#[derive(Debug, PartialEq)]
+pub struct NodePatch {
+    /// Merge patch of the Node: its providerID, and its taints without the uninitialized one.
+    pub spec: serde_json::Value,
+    /// Merge patch of the Node's status: `addresses` with the machine's InternalIPs appended,
+    /// for a Node that waits for an external cloud provider (tainted uninitialized); `None` when
+    /// there is nothing to add.
+    pub status: Option<serde_json::Value>,
+}
+
+/// As upstream CAPD's node step: the providerID, and for a Node the kubelet registered with
+/// `cloud-provider: external` (it carries the uninitialized taint; the dual-stack flavors) the
+/// work of the cloud provider there is none of: the machine's InternalIP addresses appended to
+/// the Node's (existing ones kept, in order: the kubelet expects new ones only appended), and the
+/// taint removed. Other address types are not added, as upstream and kind.
+pub fn node_patch(
+    node: &Node,
+    provider_id: &str,
+    machine_addresses: &[MachineAddress],
+) -> Option<NodePatch> {
     let spec = node.spec.as_ref();
     let id_ok = spec.and_then(|s| s.provider_id.as_deref()) == Some(provider_id);
     let taints: Vec<Taint> = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
@@ -147,22 +169,50 @@ pub fn node_patch(node: &Node, provider_id: &str) -> Option<serde_json::Value> {
         return None;
     }
     let mut patch = json!({ "spec": { "providerID": provider_id } });
+    let mut status = None;
     if tainted {
         let kept: Vec<&Taint> = taints
             .iter()
             .filter(|t| t.key != UNINITIALIZED_TAINT)
             .collect();
         patch["spec"]["taints"] = json!(kept);
+        let mut addresses: Vec<NodeAddress> = node
+            .status
+            .as_ref()
+            .and_then(|s| s.addresses.clone())
+            .unwrap_or_default();
+        let before = addresses.len();
+        for a in machine_addresses {
+            if a.type_ != MachineAddressType::InternalIp {
+                continue;
+            }
+            let wanted = NodeAddress {
+                type_: "InternalIP".to_string(),
+                address: a.address.clone(),
+            };
+            if !addresses.contains(&wanted) {
+                addresses.push(wanted);
+            }
+        }
+        if addresses.len() > before {
+            // A merge patch replaces the list: it carries the whole of it.
+            status = Some(json!({ "status": { "addresses": addresses } }));
+        }
     }
-    Some(patch)
+    Some(NodePatch {
+        spec: patch,
+        status,
+    })
 }
 
-/// Set `providerID` on the Node named `node` (the container's hostname) and remove the
-/// uninitialized taint. Returns whether anything changed.
+/// Set `providerID` on the Node named `node` (the container's hostname), and for a Node waiting
+/// for a cloud provider its addresses and the removal of the uninitialized taint (see
+/// [`node_patch`]). Returns whether anything changed.
 pub async fn set_provider_id(
     client: &Client,
     node: &str,
     provider_id: &str,
+    machine_addresses: &[MachineAddress],
 ) -> Result<bool, WorkloadError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let current = nodes
@@ -170,15 +220,27 @@ pub async fn set_provider_id(
         .await
         .map_err(WorkloadError::Api)?
         .ok_or_else(|| WorkloadError::NodeMissing(node.to_string()))?;
-    let Some(patch) = node_patch(&current, provider_id) else {
+    let Some(NodePatch { spec, status }) = node_patch(&current, provider_id, machine_addresses)
+    else {
         return Ok(false);
     };
-    // A merge patch carrying the resourceVersion fails on a concurrent change instead of
-    // overwriting the kubelet's taints.
-    let mut patch = patch;
-    patch["metadata"] = json!({ "resourceVersion": current.resource_version() });
+    // Each merge patch carries the resourceVersion: a concurrent change (the kubelet's status,
+    // its taints) makes it fail instead of being overwritten. The addresses go first: once the
+    // taint is gone the Node no longer says it waits for them, and a failed second write would
+    // never be retried.
+    let mut rv = current.resource_version();
+    if let Some(mut status) = status {
+        status["metadata"] = json!({ "resourceVersion": rv });
+        let patched = nodes
+            .patch_status(node, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(WorkloadError::Api)?;
+        rv = patched.resource_version();
+    }
+    let mut spec = spec;
+    spec["metadata"] = json!({ "resourceVersion": rv });
     nodes
-        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(node, &PatchParams::default(), &Patch::Merge(&spec))
         .await
         .map_err(WorkloadError::Api)?;
     Ok(true)
@@ -213,13 +275,15 @@ mod tests {
 
     #[test]
     fn sets_a_missing_provider_id() {
-        let p = node_patch(&node(None, &[]), ID).unwrap();
-        assert_eq!(p, json!({"spec": {"providerID": ID}}));
+        let p = node_patch(&node(None, &[]), ID, &addrs()).unwrap();
+        assert_eq!(p.spec, json!({"spec": {"providerID": ID}}));
+        // Not waiting for a cloud provider: the kubelet's addresses are left alone.
+        assert_eq!(p.status, None);
     }
 
     #[test]
     fn nothing_to_do_when_already_set_and_untainted() {
-        assert_eq!(node_patch(&node(Some(ID), &["other"]), ID), None);
+        assert_eq!(node_patch(&node(Some(ID), &["other"]), ID, &addrs()), None);
     }
 
     #[test]
@@ -230,10 +294,61 @@ mod tests {
                 &[UNINITIALIZED_TAINT, "node-role.kubernetes.io/control-plane"],
             ),
             ID,
+            &[],
         )
         .unwrap();
-        let taints = p["spec"]["taints"].as_array().unwrap();
+        let taints = p.spec["spec"]["taints"].as_array().unwrap();
         assert_eq!(taints.len(), 1);
         assert_eq!(taints[0]["key"], "node-role.kubernetes.io/control-plane");
+    }
+
+    fn addrs() -> Vec<MachineAddress> {
+        let a = |type_, address: &str| MachineAddress {
+            type_,
+            address: address.to_string(),
+        };
+        vec![
+            a(MachineAddressType::Hostname, "c1-cp-abc"),
+            a(MachineAddressType::InternalIp, "172.18.0.5"),
+            a(MachineAddressType::ExternalIp, "172.18.0.5"),
+            a(MachineAddressType::InternalIp, "fc00:f853:ccd:e793::5"),
+            a(MachineAddressType::ExternalIp, "fc00:f853:ccd:e793::5"),
+        ]
+    }
+
+    #[test]
+    fn external_cloud_provider_node_gets_internal_ips_appended_and_untainted() {
+        let mut n = node(None, &[UNINITIALIZED_TAINT]);
+        // The kubelet registered one address already; it stays first.
+        n.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            addresses: Some(vec![NodeAddress {
+                type_: "InternalIP".into(),
+                address: "172.18.0.5".into(),
+            }]),
+            ..Default::default()
+        });
+        let p = node_patch(&n, ID, &addrs()).unwrap();
+        assert_eq!(p.spec, json!({"spec": {"providerID": ID, "taints": []}}));
+        assert_eq!(
+            p.status,
+            Some(json!({"status": {"addresses": [
+                {"type": "InternalIP", "address": "172.18.0.5"},
+                {"type": "InternalIP", "address": "fc00:f853:ccd:e793::5"}
+            ]}}))
+        );
+        // Every InternalIP there already: only the spec changes.
+        n.status
+            .as_mut()
+            .unwrap()
+            .addresses
+            .as_mut()
+            .unwrap()
+            .push(NodeAddress {
+                type_: "InternalIP".into(),
+                address: "fc00:f853:ccd:e793::5".into(),
+            });
+        let p = node_patch(&n, ID, &addrs()).unwrap();
+        assert_eq!(p.status, None);
+        assert_eq!(p.spec["spec"]["taints"], json!([]));
     }
 }
