@@ -321,7 +321,7 @@ mod tests {
         )
         .unwrap();
         assert!(!g.machine_pool());
-        assert_eq!(g.enabled["ClusterTopology"], true);
+        assert!(g.enabled["ClusterTopology"]);
         assert!(g.unknown.is_empty());
         // Defaults, AllBeta, an unknown gate (logged, not fatal), bad values (fatal).
         assert!(FeatureGates::parse("").unwrap().machine_pool());
