@@ -67,6 +67,59 @@ fn clusterctl_substitution() {
     assert_eq!(substitute("--a=${A:=1},b=${B:=2}", &vars), "--a=1,b=x");
 }
 
+/// Upstream's args with the clusterctl variables in `vars`, the others at their defaults.
+fn upstream_args_with(vars: &BTreeMap<&str, String>) -> Vec<String> {
+    upstream_manager_args()
+        .iter()
+        .map(|a| substitute(a, vars))
+        .collect()
+}
+
+/// `EXP_MACHINE_POOL=false` means what it means upstream: the pool controllers of both
+/// families do not start, while the manager serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exp_machine_pool_false_keeps_the_pool_controllers_off() {
+    let upstream = upstream_args_with(&BTreeMap::from([
+        (
+            "CAPI_DIAGNOSTICS_ADDRESS",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+        ("EXP_MACHINE_POOL", "false".to_string()),
+    ]));
+    assert!(
+        upstream.iter().any(|a| a.contains("MachinePool=false")),
+        "{upstream:?}"
+    );
+    let mut env = TestEnv::new("nopool").await;
+    let lease = format!("capd-rs-test-{}", env.id);
+    let mut args: Vec<&str> = upstream.iter().map(String::as_str).collect();
+    let lease_flag = format!("--leader-elect-lease-name={lease}");
+    args.push(&lease_flag);
+    env.start_manager(&args, None);
+    env.run(move |env| async move {
+        env.manager_ready().await;
+        for pool in ["DockerMachinePool", "DevMachinePool"] {
+            eventually(
+                Duration::from_secs(60),
+                "pool controller reported off",
+                || async {
+                    env.manager_log()
+                        .lines()
+                        .any(|l| {
+                            l.contains("MachinePool feature gate disabled") && l.contains(pool)
+                        })
+                        .then_some(())
+                },
+            )
+            .await;
+        }
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(env.client.clone(), common::rbac::NAMESPACE);
+        let _ = leases.delete(&lease, &Default::default()).await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_deployment_args_start_a_serving_manager() {
     let raw = upstream_manager_args();
