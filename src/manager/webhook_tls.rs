@@ -19,7 +19,7 @@ pub fn server_tls(
     cipher_suites: &[String],
 ) -> Result<(ServerTls, Vec<String>), String> {
     let mut warnings = Vec::new();
-    let tls13_only = match min_version {
+    let mut tls13_only = match min_version {
         "VersionTLS13" => true,
         "VersionTLS12" | "" => false,
         "VersionTLS10" | "VersionTLS11" => {
@@ -60,6 +60,15 @@ pub fn server_tls(
                 )),
                 None => return Err(format!("--tls-cipher-suites: unknown cipher suite {name:?}")),
             }
+        }
+        // Nothing left for TLS 1.2 (only suites rustls lacks were named): serve TLS 1.3 only
+        // rather than a TLS 1.2 without suites.
+        if keep.is_empty() && !tls13_only {
+            warnings.push(
+                "--tls-cipher-suites: no TLS 1.2 suite left; the webhook server offers TLS 1.3 only"
+                    .into(),
+            );
+            tls13_only = true;
         }
         Some(keep)
     };
@@ -102,6 +111,8 @@ mod tests {
             ])
         );
         assert_eq!(warnings.len(), 2, "{warnings:?}");
+        let (tls, _) = server_tls("c", "k", "", &suites[2..]).unwrap();
+        assert!(tls.tls13_only, "no TLS 1.2 suite left");
         assert!(server_tls("c", "k", "TLS1.2", &[]).is_err());
         assert!(server_tls("c", "k", "", &["fast".to_string()]).is_err());
     }
