@@ -5,8 +5,11 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let flags = capd::manager::Flags::parse().resolve_env_fallbacks();
-    capd::telemetry::init_logging(flags.log_format, &flags.log_level);
+    // Upstream CAPD's spelling rules first (pflag's `--leader_elect`), then clap's parse, which
+    // exits with a message naming any flag neither we nor upstream have.
+    let flags = capd::manager::Flags::parse_from(capd::manager::normalize(std::env::args_os()))
+        .resolve_env_fallbacks();
+    capd::telemetry::init_logging(flags.log_format, &flags.log_level());
     match capd::manager::run(flags).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -41,7 +41,8 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::api::conversion;
 
-/// File names in the certificate directory: those of a cert-manager (kubernetes.io/tls) Secret.
+/// File names in the certificate directory by default: those of a cert-manager
+/// (kubernetes.io/tls) Secret (`--webhook-cert-name`/`--webhook-key-name` change them).
 pub const CERT_FILE: &str = "tls.crt";
 pub const KEY_FILE: &str = "tls.key";
 /// How often the files are checked for a rotated certificate.
@@ -77,19 +78,68 @@ pub enum WebhookError {
     Bind { addr: String, source: io::Error },
 }
 
+/// What the server presents and accepts: the certificate's file names in its directory, and the
+/// TLS versions and TLS 1.2 cipher suites it offers (upstream's `--webhook-cert-name`,
+/// `--webhook-key-name`, `--tls-min-version`, `--tls-cipher-suites`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerTls {
+    pub cert_name: String,
+    pub key_name: String,
+    /// Offer TLS 1.3 only (else 1.2 and 1.3: rustls has nothing older).
+    pub tls13_only: bool,
+    /// The TLS 1.2 suites offered; `None`: rustls's defaults. TLS 1.3 suites are always all
+    /// offered, as Go does whatever its cipher-suite list says.
+    pub tls12_suites: Option<Vec<rustls::CipherSuite>>,
+}
+
+impl Default for ServerTls {
+    fn default() -> Self {
+        Self {
+            cert_name: CERT_FILE.into(),
+            key_name: KEY_FILE.into(),
+            tls13_only: false,
+            tls12_suites: None,
+        }
+    }
+}
+
+impl ServerTls {
+    /// The process's crypto provider, less the TLS 1.2 suites not asked for.
+    fn provider(&self) -> Arc<CryptoProvider> {
+        let mut provider = rustls::crypto::ring::default_provider();
+        if let Some(keep) = &self.tls12_suites {
+            provider.cipher_suites.retain(|s| {
+                matches!(s, rustls::SupportedCipherSuite::Tls13(_)) || keep.contains(&s.suite())
+            });
+        }
+        Arc::new(provider)
+    }
+
+    fn versions(&self) -> &'static [&'static rustls::SupportedProtocolVersion] {
+        static TLS13_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+        if self.tls13_only {
+            TLS13_ONLY
+        } else {
+            rustls::DEFAULT_VERSIONS
+        }
+    }
+}
+
 /// Serve the webhook on `addr` with the certificate in `cert_dir`, until `shutdown` resolves.
 /// `Ok(None)` when the directory holds no certificate: conversion is then off (logged), and the
 /// manager runs on: it only ever reads and writes v1beta2.
 pub async fn start(
     addr: &str,
     cert_dir: &Path,
+    server_tls: &ServerTls,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Option<tokio::task::JoinHandle<io::Result<()>>>, WebhookError> {
-    let files = CertFiles::new(cert_dir);
+    let files = CertFiles::new(cert_dir, server_tls);
     if !files.cert.exists() && !files.key.exists() {
         info!(
             cert_dir = %cert_dir.display(),
-            "conversion webhook off: no {CERT_FILE}/{KEY_FILE}; v1beta1 requests fail until a certificate is mounted and the manager restarted"
+            "conversion webhook off: no {}/{}; v1beta1 requests fail until a certificate is mounted and the manager restarted",
+            server_tls.cert_name, server_tls.key_name
         );
         return Ok(None);
     }
@@ -97,8 +147,8 @@ pub async fn start(
         current: RwLock::new(Arc::new(files.load()?)),
     });
     tokio::spawn(reload(files, resolver.clone()));
-    let mut tls = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
+    let mut tls = ServerConfig::builder_with_provider(server_tls.provider())
+        .with_protocol_versions(server_tls.versions())?
         .with_no_client_auth()
         .with_cert_resolver(resolver);
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -204,10 +254,10 @@ struct CertFiles {
 }
 
 impl CertFiles {
-    fn new(dir: &Path) -> Self {
+    fn new(dir: &Path, names: &ServerTls) -> Self {
         Self {
-            cert: dir.join(CERT_FILE),
-            key: dir.join(KEY_FILE),
+            cert: dir.join(&names.cert_name),
+            key: dir.join(&names.key_name),
         }
     }
 
@@ -515,7 +565,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("capd-webhook-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(CERT_FILE), "not a pem").unwrap();
-        let err = CertFiles::new(&dir).load().unwrap_err().to_string();
+        let err = CertFiles::new(&dir, &ServerTls::default())
+            .load()
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("tls.crt"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -53,18 +53,39 @@ use crate::{
     telemetry::Outcome,
 };
 
-/// Which objects the manager watches and how many it reconciles at once.
+/// Which objects the manager watches, how many it reconciles at once, and which controllers run.
 #[derive(Clone, Debug, Default)]
 pub struct Scope {
     /// Watch one namespace only.
     pub namespace: Option<String>,
     /// Only objects labelled `cluster.x-k8s.io/watch-filter=<value>`.
     pub watch_filter: Option<String>,
-    pub cluster_concurrency: u16,
-    pub machine_concurrency: u16,
+    /// Per controller of the Docker* family.
+    pub docker: Concurrency,
+    /// Per controller of the Dev* family.
+    pub dev: Concurrency,
+    /// The MachinePool feature gate: without it neither the pool controllers nor the
+    /// MachinePool watch run (as upstream, whose CAPI core then has no MachinePools either).
+    pub machine_pools: bool,
+}
+
+/// Objects one family's controllers reconcile at once (0: unbounded).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Concurrency {
+    pub cluster: u16,
+    pub machine: u16,
+    pub pool: u16,
 }
 
 impl Scope {
+    fn concurrency(&self, kinds: Kinds) -> Concurrency {
+        if kinds.is_dev() {
+            self.dev
+        } else {
+            self.docker
+        }
+    }
+
     fn api<K>(&self, client: &Client) -> Api<K>
     where
         K: Resource<Scope = kube::core::NamespaceResourceScope>
@@ -233,10 +254,17 @@ pub async fn run<S>(
     let [c1, c2, c3, c4, c5, c6] =
         shared_watch(watch(scope.api::<Cluster>(&client), &wc), writers.clusters);
     let [m1, m2] = shared_watch(watch(scope.api::<Machine>(&client), &wc), writers.machines);
-    let [p1, p2] = shared_watch(
-        watch(scope.api::<MachinePool>(&client), &wc),
-        writers.machine_pools,
-    );
+    // Without the gate the writer is dropped: the cache then reads as empty (a pool-owned
+    // machine falls back to the API server) and waits for nothing.
+    let [p1, p2] = if scope.machine_pools {
+        shared_watch(
+            watch(scope.api::<MachinePool>(&client), &wc),
+            writers.machine_pools,
+        )
+        .map(StreamExt::boxed)
+    } else {
+        std::array::from_fn(|_| futures::stream::pending().boxed())
+    };
     let [docker, dev] = triggers;
     let capi = |clusters: [_; 3], machines, machine_pools| CapiEvents {
         clusters,
@@ -286,13 +314,14 @@ async fn run_family<S, C, M, P>(
 {
     let client = shared.client.clone();
     let wc = scope.watcher();
+    let concurrency = scope.concurrency(kinds);
     let own = OwnWatches::new(kinds, scope, &client, &wc);
     let (infra_clusters, infra_writer) = reflector::store();
     let (wake, woken) = futures::channel::mpsc::unbounded();
     for (kind, n) in [
-        (kinds.cluster, scope.cluster_concurrency),
-        (kinds.machine, scope.machine_concurrency),
-        (kinds.pool, scope.cluster_concurrency),
+        (kinds.cluster, concurrency.cluster),
+        (kinds.machine, concurrency.machine),
+        (kinds.pool, concurrency.pool),
     ] {
         shared.metrics.set_max_concurrent_reconciles(kind, n);
     }
@@ -325,7 +354,7 @@ async fn run_family<S, C, M, P>(
         )
         .reconcile_on(triggers.clusters)
         .reconcile_all_on(triggers.all_clusters)
-        .with_config(ControllerConfig::default().concurrency(scope.cluster_concurrency))
+        .with_config(ControllerConfig::default().concurrency(concurrency.cluster))
         .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -353,7 +382,7 @@ async fn run_family<S, C, M, P>(
         )
         .reconcile_on(futures::stream::select(triggers.machines, woken))
         .reconcile_all_on(triggers.all_machines)
-        .with_config(ControllerConfig::default().concurrency(scope.machine_concurrency))
+        .with_config(ControllerConfig::default().concurrency(concurrency.machine))
         .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -383,7 +412,7 @@ async fn run_family<S, C, M, P>(
             cluster_events_for_dmp.predicate_filter(predicates::cluster, Default::default()),
             move |c| mappers::cluster_to_docker_machine_pools(&pools_of_cluster, &c),
         )
-        .with_config(ControllerConfig::default().concurrency(scope.cluster_concurrency))
+        .with_config(ControllerConfig::default().concurrency(concurrency.pool))
         .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown)
         .run(
@@ -392,6 +421,20 @@ async fn run_family<S, C, M, P>(
             ctx.clone(),
         )
         .for_each(move |r| async move { log_result(kinds.pool, r) });
+    // Built either way (the watches above are lazy): without the gate it is never polled, so
+    // neither the pool watches nor the controller start.
+    let pools = if scope.machine_pools {
+        futures::future::Either::Left(pools)
+    } else {
+        // Dropped, not only left unpolled: its receivers of the shared watches close, so
+        // those do not queue events for it.
+        drop(pools);
+        debug!(
+            kind = kinds.pool,
+            "controller off: MachinePool feature gate disabled"
+        );
+        futures::future::Either::Right(futures::future::ready(()))
+    };
 
     futures::join!(clusters, machines, pools);
 }

@@ -1,13 +1,17 @@
-//! Command-line flags; each also reads an environment variable (shown in `--help`).
-use std::{collections::BTreeMap, time::Duration};
+//! Command-line flags; most also read an environment variable (shown in `--help`). Upstream
+//! CAPD's spellings are accepted too (aliases here; the rules and the flags without a meaning
+//! here in `upstream.rs`; the whole list in docs/upstream-flags.md).
+use std::{collections::BTreeMap, ffi::OsString, time::Duration};
 
 use clap::{Parser, ValueEnum};
 
+use super::upstream::{self, FeatureGates, Ignored, go_bool};
 use crate::{
     api::parse_go_duration,
-    controllers::{Scope, Settings},
+    controllers::{Concurrency, Scope, Settings},
     docker::{NodePrivilege, engine::EngineOptions, host_paths::HostPathPolicy},
     telemetry::LogFormat,
+    webhook::ServerTls,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -32,26 +36,68 @@ pub struct Flags {
     /// Only reconcile objects labelled cluster.x-k8s.io/watch-filter=<value>.
     #[arg(long, env = "CAPD_WATCH_FILTER")]
     pub watch_filter: Option<String>,
-    /// DockerClusters reconciled at once.
-    #[arg(long, env = "CAPD_DOCKER_CLUSTER_CONCURRENCY", default_value_t = 10)]
+    /// DockerClusters reconciled at once (upstream: --dockercluster-concurrency, default 50).
+    #[arg(
+        long,
+        alias = "dockercluster-concurrency",
+        env = "CAPD_DOCKER_CLUSTER_CONCURRENCY",
+        default_value_t = 10
+    )]
     pub docker_cluster_concurrency: u16,
     /// DockerMachines reconciled at once.
     #[arg(
         long,
-        alias = "concurrency",
+        aliases = ["concurrency", "dockermachine-concurrency"],
         env = "CAPD_DOCKER_MACHINE_CONCURRENCY",
         default_value_t = 100
     )]
     pub docker_machine_concurrency: u16,
-    /// Address of /healthz, /readyz and /metrics.
+    /// DockerMachinePools reconciled at once.
+    #[arg(
+        long = "dockermachinepool-concurrency",
+        alias = "docker-machine-pool-concurrency",
+        env = "CAPD_DOCKER_MACHINE_POOL_CONCURRENCY",
+        default_value_t = 50
+    )]
+    pub docker_machine_pool_concurrency: u16,
+    /// DevClusters reconciled at once.
+    #[arg(
+        long = "devcluster-concurrency",
+        alias = "dev-cluster-concurrency",
+        env = "CAPD_DEV_CLUSTER_CONCURRENCY",
+        default_value_t = 50
+    )]
+    pub dev_cluster_concurrency: u16,
+    /// DevMachines reconciled at once.
+    #[arg(
+        long = "devmachine-concurrency",
+        alias = "dev-machine-concurrency",
+        env = "CAPD_DEV_MACHINE_CONCURRENCY",
+        default_value_t = 50
+    )]
+    pub dev_machine_concurrency: u16,
+    /// DevMachinePools reconciled at once.
+    #[arg(
+        long = "devmachinepool-concurrency",
+        alias = "dev-machine-pool-concurrency",
+        env = "CAPD_DEV_MACHINE_POOL_CONCURRENCY",
+        default_value_t = 100
+    )]
+    pub dev_machine_pool_concurrency: u16,
+    /// Cluster API feature gates, `Name=bool,...` (upstream's list). `MachinePool=false` stops
+    /// the DockerMachinePool and DevMachinePool controllers; the others change nothing here.
+    #[arg(long, env = "CAPD_FEATURE_GATES", default_value = "")]
+    pub feature_gates: String,
+    /// Address of /healthz and /readyz (plain HTTP, for the kubelet's probes).
     #[arg(long, env = "CAPD_HEALTH_ADDR", default_value = "0.0.0.0:9440")]
     pub health_addr: String,
-    /// Address of /metrics: HTTPS, every request authenticated (TokenReview) and authorised
-    /// (SubjectAccessReview, get on the non-resource URL /metrics), as upstream's.
+    /// Address of /metrics (upstream's diagnostics endpoint): HTTPS, every request authenticated
+    /// (TokenReview) and authorised (SubjectAccessReview, get on the non-resource URL /metrics),
+    /// as upstream's, unless --insecure-diagnostics.
     #[arg(long, env = "CAPD_DIAGNOSTICS_ADDRESS", default_value = ":8443")]
     pub diagnostics_address: String,
     /// Serve /metrics over plain HTTP without authentication or authorisation.
-    #[arg(long, env = "CAPD_INSECURE_DIAGNOSTICS", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "CAPD_INSECURE_DIAGNOSTICS", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
     pub insecure_diagnostics: bool,
     /// Port of the conversion webhook (HTTPS, `/convert`).
     #[arg(long, env = "CAPD_WEBHOOK_PORT", default_value_t = 9443)]
@@ -71,9 +117,33 @@ pub struct Flags {
         default_value = "/tmp/k8s-webhook-server/serving-certs"
     )]
     pub webhook_cert_dir: std::path::PathBuf,
+    /// File name of the webhook's certificate in --webhook-cert-dir.
+    #[arg(long, env = "CAPD_WEBHOOK_CERT_NAME", default_value = crate::webhook::CERT_FILE)]
+    pub webhook_cert_name: String,
+    /// File name of the webhook's private key in --webhook-cert-dir.
+    #[arg(long, env = "CAPD_WEBHOOK_KEY_NAME", default_value = crate::webhook::KEY_FILE)]
+    pub webhook_key_name: String,
+    /// Lowest TLS version of the webhook: VersionTLS12 or VersionTLS13 (10 and 11 mean 12).
+    #[arg(long, env = "CAPD_TLS_MIN_VERSION", default_value = "VersionTLS12")]
+    pub tls_min_version: String,
+    /// TLS 1.2 cipher suites of the webhook, by Go's names (default: rustls's; TLS 1.3 suites
+    /// are always offered, as in Go).
+    #[arg(long, env = "CAPD_TLS_CIPHER_SUITES", value_delimiter = ',')]
+    pub tls_cipher_suites: Vec<String>,
     /// Run only while holding a Lease (for more than one replica).
-    #[arg(long, env = "CAPD_LEADER_ELECT", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "CAPD_LEADER_ELECT", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
     pub leader_elect: bool,
+    /// How long a lease holds without renewal (Go duration).
+    #[arg(long, env = "CAPD_LEADER_ELECT_LEASE_DURATION", default_value = "15s")]
+    pub leader_elect_lease_duration: String,
+    /// How long the leader tries to renew before it gives up (Go duration); it renews when
+    /// the lease has this much left of --leader-elect-lease-duration.
+    #[arg(long, env = "CAPD_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s")]
+    pub leader_elect_renew_deadline: String,
+    /// Upstream's wait between tries (Go duration): checked as upstream, the lease manager
+    /// here retries on its own schedule.
+    #[arg(long, env = "CAPD_LEADER_ELECT_RETRY_PERIOD", default_value = "2s")]
+    pub leader_elect_retry_period: String,
     /// Name of the leader-election Lease.
     #[arg(
         long,
@@ -120,7 +190,7 @@ pub struct Flags {
     pub docker_cert_path: Option<String>,
     /// Allow unencrypted tcp:// to an engine that is not on loopback (bootstrap data, keys
     /// included, then crosses the network in clear: only on a network you trust).
-    #[arg(long, env = "CAPD_DOCKER_ALLOW_PLAIN_TCP", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "CAPD_DOCKER_ALLOW_PLAIN_TCP", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
     pub docker_allow_plain_tcp: bool,
     /// Host path prefix that spec.extraMounts may name (repeatable or comma-separated; default:
     /// any path but the host's root and the Docker socket with its parent directories).
@@ -132,10 +202,15 @@ pub struct Flags {
     pub extra_mount_allowed_prefixes: Vec<String>,
     /// Let spec.extraMounts name the Docker socket (self-hosted management clusters, whose
     /// nodes run this provider; every DockerMachine author is then root on the host).
-    #[arg(long, env = "CAPD_EXTRA_MOUNT_ALLOW_DOCKER_SOCKET", default_value_t = false, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(long, env = "CAPD_EXTRA_MOUNT_ALLOW_DOCKER_SOCKET", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
     pub extra_mount_allow_docker_socket: bool,
     /// Requeue period of healthy objects (Go duration).
-    #[arg(long, env = "CAPD_RESYNC_PERIOD", default_value = "10m")]
+    #[arg(
+        long,
+        alias = "sync-period",
+        env = "CAPD_RESYNC_PERIOD",
+        default_value = "10m"
+    )]
     pub resync_period: String,
     /// Extra label key=value on every container and network created (repeatable).
     #[arg(
@@ -145,11 +220,16 @@ pub struct Flags {
     )]
     pub container_labels: Vec<String>,
     /// Log format.
-    #[arg(long, env = "CAPD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, alias = "logging-format", env = "CAPD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Log level (RUST_LOG overrides).
-    #[arg(long, env = "CAPD_LOG_LEVEL", default_value = "info")]
-    pub log_level: String,
+    /// Log level (RUST_LOG overrides; default info, or what -v gives).
+    #[arg(long, env = "CAPD_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// klog verbosity, as upstream: 0-2 is info, 3-4 debug, 5 and more trace. --log-level wins.
+    #[arg(short = 'v', long = "v", value_name = "N")]
+    pub verbosity: Option<u32>,
+    #[command(flatten)]
+    pub ignored: Ignored,
 }
 
 fn duration(flag: &str, value: &str) -> Result<Duration, String> {
@@ -157,7 +237,75 @@ fn duration(flag: &str, value: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("--{flag}={value:?} is not a duration like 30s, 5m or 1h"))
 }
 
+/// The leader-election Lease's timing, in the lease manager's whole seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseTiming {
+    pub duration_secs: u64,
+    /// Renew when this much of the lease is left.
+    pub grace_secs: u64,
+}
+
 impl Flags {
+    /// Parse a command line the way upstream's pflag would read it (see `upstream::normalize`);
+    /// what clap refuses (a flag neither we nor upstream have) is an error naming the flag.
+    pub fn try_parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        Self::try_parse_from(upstream::normalize(args))
+    }
+
+    /// `--log-level`, else the level `-v` maps to, else info.
+    pub fn log_level(&self) -> String {
+        self.log_level
+            .clone()
+            .filter(|l| !l.is_empty())
+            .or_else(|| {
+                self.verbosity
+                    .map(|v| upstream::log_level_for_verbosity(v).to_string())
+            })
+            .unwrap_or_else(|| "info".into())
+    }
+
+    pub fn feature_gates(&self) -> Result<FeatureGates, String> {
+        FeatureGates::parse(&self.feature_gates)
+    }
+
+    /// The Lease's timing, checked as client-go checks it (the lease outlasts the renew
+    /// deadline, which outlasts the retry period).
+    pub fn lease_timing(&self) -> Result<LeaseTiming, String> {
+        let lease = duration(
+            "leader-elect-lease-duration",
+            &self.leader_elect_lease_duration,
+        )?;
+        let renew = duration(
+            "leader-elect-renew-deadline",
+            &self.leader_elect_renew_deadline,
+        )?;
+        let retry = duration("leader-elect-retry-period", &self.leader_elect_retry_period)?;
+        if renew >= lease || retry >= renew || retry.is_zero() {
+            return Err(format!(
+                "leader election needs --leader-elect-lease-duration ({lease:?}) > --leader-elect-renew-deadline ({renew:?}) > --leader-elect-retry-period ({retry:?}) > 0"
+            ));
+        }
+        let (duration_secs, renew_secs) = (lease.as_secs().max(2), renew.as_secs().max(1));
+        Ok(LeaseTiming {
+            duration_secs,
+            grace_secs: duration_secs.saturating_sub(renew_secs).max(1),
+        })
+    }
+
+    /// The webhook server's certificate names and TLS, with the warnings to log once.
+    pub fn server_tls(&self) -> Result<(ServerTls, Vec<String>), String> {
+        super::webhook_tls::server_tls(
+            &self.webhook_cert_name,
+            &self.webhook_key_name,
+            &self.tls_min_version,
+            &self.tls_cipher_suites,
+        )
+    }
+
     /// Controller settings, validated.
     pub fn settings(&self) -> Result<Settings, String> {
         let mut extra_labels = BTreeMap::new();
@@ -243,13 +391,24 @@ impl Flags {
         format!("{}:{}", self.webhook_host, self.webhook_port)
     }
 
-    pub fn scope(&self) -> Scope {
-        Scope {
+    /// What the controllers watch and how many objects each reconciles at once. Fails on a bad
+    /// `--feature-gates` (it says whether the pool controllers run).
+    pub fn scope(&self) -> Result<Scope, String> {
+        Ok(Scope {
             namespace: self.namespace.clone().filter(|n| !n.is_empty()),
             watch_filter: self.watch_filter.clone().filter(|f| !f.is_empty()),
-            cluster_concurrency: self.docker_cluster_concurrency,
-            machine_concurrency: self.docker_machine_concurrency,
-        }
+            docker: Concurrency {
+                cluster: self.docker_cluster_concurrency,
+                machine: self.docker_machine_concurrency,
+                pool: self.docker_machine_pool_concurrency,
+            },
+            dev: Concurrency {
+                cluster: self.dev_cluster_concurrency,
+                machine: self.dev_machine_concurrency,
+                pool: self.dev_machine_pool_concurrency,
+            },
+            machine_pools: self.feature_gates()?.machine_pool(),
+        })
     }
 
     /// `--leader-elect-namespace`, else `$POD_NAMESPACE`.
@@ -297,7 +456,7 @@ mod tests {
         );
         assert_eq!(s.extra_labels["capd-rs.test/run"], "abc");
         assert_eq!(s.bootstrap_timeout, Duration::from_secs(90));
-        assert_eq!(f.scope().machine_concurrency, 7);
+        assert_eq!(f.scope().unwrap().docker.machine, 7);
         assert!(f.leader_elect);
     }
 
@@ -331,6 +490,147 @@ mod tests {
             "--docker-allow-plain-tcp",
         ]);
         assert_eq!(allowed.engine_options().check(), Ok(()));
+    }
+
+    fn parse(args: &[&str]) -> Flags {
+        let mut all = vec!["manager"];
+        all.extend_from_slice(args);
+        Flags::try_parse_args(all).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    #[test]
+    fn upstream_deployment_args_parse_with_upstream_meaning() {
+        let f = parse(&[
+            "--leader-elect",
+            "--diagnostics-address=:8443",
+            "--insecure-diagnostics=false",
+            "--feature-gates=MachinePool=false,ClusterTopology=false,PriorityQueue=true,ReconcilerRateLimiting=true",
+        ]);
+        assert!(f.leader_elect);
+        assert_eq!(f.diagnostics_address, ":8443");
+        assert!(!f.insecure_diagnostics);
+        assert!(!f.scope().unwrap().machine_pools);
+        // Defaults when absent, as upstream's.
+        let d = parse(&[]);
+        assert_eq!(d.diagnostics_address, ":8443");
+        assert!(!d.insecure_diagnostics && !d.leader_elect);
+        assert!(d.scope().unwrap().machine_pools);
+        assert_eq!(
+            d.lease_timing(),
+            Ok(LeaseTiming {
+                duration_secs: 15,
+                grace_secs: 5
+            })
+        );
+        assert_eq!(d.log_level(), "info");
+        assert!(d.ignored.given().is_empty());
+    }
+
+    #[test]
+    fn pflag_word_separators_and_go_booleans() {
+        let f = parse(&[
+            "--leader_elect=false",
+            "--insecure_diagnostics",
+            "--webhook_cert_name",
+            "c_1.pem",
+        ]);
+        assert!(!f.leader_elect && f.insecure_diagnostics);
+        assert_eq!(
+            f.webhook_cert_name, "c_1.pem",
+            "values keep their underscores"
+        );
+        for (v, want) in [("1", true), ("T", true), ("False", false), ("0", false)] {
+            assert_eq!(parse(&[&format!("--leader-elect={v}")]).leader_elect, want);
+        }
+        assert!(Flags::try_parse_args(["manager", "--leader-elect=yes"]).is_err());
+    }
+
+    #[test]
+    fn klog_verbosity_in_every_form() {
+        for args in [["-v=4"], ["--v=4"], ["-v4"], ["--v=4"]] {
+            assert_eq!(parse(&args).log_level(), "debug", "{args:?}");
+        }
+        assert_eq!(parse(&["-v", "2"]).log_level(), "info");
+        assert_eq!(parse(&["--v", "6"]).log_level(), "trace");
+        assert_eq!(parse(&["-v=6", "--log-level=warn"]).log_level(), "warn");
+    }
+
+    #[test]
+    fn upstream_spellings_are_aliases_of_ours() {
+        let f = parse(&[
+            "--dockercluster-concurrency=3",
+            "--dockermachine-concurrency=4",
+            "--dockermachinepool-concurrency=5",
+            "--devcluster-concurrency=6",
+            "--devmachine-concurrency=7",
+            "--devmachinepool-concurrency=8",
+            "--sync-period=15m",
+            "--logging-format=json",
+            "--leader-elect-lease-duration=30s",
+            "--leader-elect-renew-deadline=20s",
+            "--leader-elect-retry-period=5s",
+            "--webhook-key-name=k.pem",
+            "--tls-min-version=VersionTLS13",
+        ]);
+        let scope = f.scope().unwrap();
+        assert_eq!(
+            (
+                scope.docker.cluster,
+                scope.docker.machine,
+                scope.docker.pool
+            ),
+            (3, 4, 5)
+        );
+        assert_eq!(
+            (scope.dev.cluster, scope.dev.machine, scope.dev.pool),
+            (6, 7, 8)
+        );
+        assert_eq!(f.settings().unwrap().resync, Duration::from_secs(900));
+        assert_eq!(f.log_format, LogFormat::Json);
+        assert_eq!(
+            f.lease_timing(),
+            Ok(LeaseTiming {
+                duration_secs: 30,
+                grace_secs: 10
+            })
+        );
+        let (tls, _) = f.server_tls().unwrap();
+        assert_eq!(tls.key_name, "k.pem");
+        assert!(tls.tls13_only);
+        let bad = parse(&["--leader-elect-renew-deadline=20s"]);
+        assert!(bad.lease_timing().unwrap_err().contains("renew-deadline"));
+    }
+
+    #[test]
+    fn upstream_flags_without_a_meaning_are_accepted_and_listed() {
+        let f = parse(&[
+            "--profiler-address=localhost:6060",
+            "--contention-profiling",
+            "--kube-api-qps=50",
+            "--kube-api-burst=100",
+            "--vmodule=foo=2",
+            "--log-flush-frequency=5s",
+            "--skip-crd-migration-phases=StorageVersionMigration",
+            "--clustercache-client-qps=20",
+        ]);
+        let given = f.ignored.given();
+        assert!(given.contains(&"--profiler-address=localhost:6060".to_string()));
+        assert!(given.contains(&"--contention-profiling=true".to_string()));
+        assert_eq!(given.len(), 8, "{given:?}");
+        // Upstream's types still hold.
+        assert!(Flags::try_parse_args(["manager", "--kube-api-burst=many"]).is_err());
+    }
+
+    #[test]
+    fn a_flag_neither_we_nor_upstream_have_is_refused_by_name() {
+        let e = Flags::try_parse_args(["manager", "--no-such-flag=1"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument);
+        assert!(e.to_string().contains("--no-such-flag"), "{e}");
+        let e = Flags::try_parse_args(["manager", "--feature-gates=MachinePool=maybe"])
+            .unwrap()
+            .scope()
+            .unwrap_err();
+        assert!(e.contains("MachinePool"), "{e}");
     }
 
     #[test]

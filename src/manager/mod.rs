@@ -1,5 +1,7 @@
 //! The manager process: flags, start-up order and shutdown. `main.rs` only calls [`run`].
 mod flags;
+mod upstream;
+mod webhook_tls;
 
 use std::{
     sync::{
@@ -9,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-pub use flags::Flags;
+pub use flags::{Flags, LeaseTiming};
 use futures::FutureExt;
 use kube::{
     Api, Client, Config,
@@ -18,6 +20,7 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
+pub use upstream::{FeatureGates, normalize};
 
 use crate::{
     api::{DockerCluster, DockerMachine, DockerMachinePool},
@@ -71,7 +74,10 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     let engine = flags.engine_options();
     // A refused address (plain TCP to a remote engine) is a configuration error: say so at once.
     engine.check().map_err(ManagerError::Flag)?;
-    let scope = flags.scope();
+    let scope = flags.scope().map_err(ManagerError::Flag)?;
+    let lease_timing = flags.lease_timing().map_err(ManagerError::Flag)?;
+    let (server_tls, tls_warnings) = flags.server_tls().map_err(ManagerError::Flag)?;
+    log_upstream_flags(&flags, &tls_warnings);
     // Metrics first: the kube client counts its requests into them.
     let metrics = Arc::new(Metrics::default());
     let client = kube_client(&flags, &metrics).await?;
@@ -105,8 +111,13 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     )
     .await?;
     // Conversion needs neither the engine nor leadership: serve it before waiting on either.
-    let webhook_task =
-        webhook::start(&flags.webhook_addr(), &flags.webhook_cert_dir, stop.clone()).await?;
+    let webhook_task = webhook::start(
+        &flags.webhook_addr(),
+        &flags.webhook_cert_dir,
+        &server_tls,
+        stop.clone(),
+    )
+    .await?;
 
     let runtime = connect_docker(&engine, &shutdown).await?;
     let Some(runtime) = runtime else {
@@ -120,7 +131,13 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
             .map(|(k, v)| (k.to_string(), v))
             .collect()
     }));
-    wait_for_crds(&client, scope.namespace.as_deref(), &shutdown).await;
+    wait_for_crds(
+        &client,
+        scope.namespace.as_deref(),
+        scope.machine_pools,
+        &shutdown,
+    )
+    .await;
     if shutdown.is_cancelled() {
         return Ok(());
     }
@@ -129,7 +146,7 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     // 0) would never retire the old leader.
     ready.store(true, Ordering::Relaxed);
     if flags.leader_elect {
-        let lost = leader_election(&client, &flags, &shutdown).await?;
+        let lost = leader_election(&client, &flags, lease_timing, &shutdown).await?;
         tokio::spawn(lost);
     }
     if shutdown.is_cancelled() {
@@ -179,6 +196,24 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
         let _ = task.await;
     }
     Ok(())
+}
+
+/// Say once what of upstream CAPD's command line has no effect here, and the feature gates, so
+/// that a manifest written for upstream shows in the log what it does.
+fn log_upstream_flags(flags: &Flags, tls_warnings: &[String]) {
+    let ignored = flags.ignored.given();
+    if !ignored.is_empty() {
+        info!(flags = ?ignored, "upstream CAPD flags accepted and ignored: no meaning in capd-rs (docs/upstream-flags.md)");
+    }
+    for w in tls_warnings {
+        warn!("{w}");
+    }
+    if let Ok(gates) = flags.feature_gates() {
+        if !gates.unknown.is_empty() {
+            warn!(gates = ?gates.unknown, "unknown feature gates ignored");
+        }
+        info!(gates = ?gates.enabled, "feature gates (only MachinePool changes what runs here)");
+    }
 }
 
 async fn kube_client(flags: &Flags, metrics: &Metrics) -> Result<Client, ManagerError> {
@@ -268,7 +303,12 @@ async fn connect_docker(
 /// Wait until our CRDs and CAPI's Cluster/Machine/MachinePool are served (controllers would spin otherwise).
 /// Lists in `namespace` when the manager watches one: a manager bound to a Role there may not
 /// list anything cluster-wide.
-async fn wait_for_crds(client: &Client, namespace: Option<&str>, shutdown: &CancellationToken) {
+async fn wait_for_crds(
+    client: &Client,
+    namespace: Option<&str>,
+    machine_pools: bool,
+    shutdown: &CancellationToken,
+) {
     let lp = ListParams::default().limit(1);
     fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
     where
@@ -291,13 +331,26 @@ async fn wait_for_crds(client: &Client, namespace: Option<&str>, shutdown: &Canc
         api::<MachinePool>(client, namespace),
     );
     loop {
+        // Without the MachinePool gate the pool kinds are not read: they need not be served.
         let checks = futures::join!(
             dcs.list_metadata(&lp),
             dms.list_metadata(&lp),
-            dmps.list_metadata(&lp),
+            async {
+                if machine_pools {
+                    dmps.list_metadata(&lp).await.map(drop)
+                } else {
+                    Ok(())
+                }
+            },
             clusters.list_metadata(&lp),
             machines.list_metadata(&lp),
-            pools.list_metadata(&lp),
+            async {
+                if machine_pools {
+                    pools.list_metadata(&lp).await.map(drop)
+                } else {
+                    Ok(())
+                }
+            },
         );
         let missing: Vec<String> = [
             checks.0.err(),
@@ -327,6 +380,7 @@ async fn wait_for_crds(client: &Client, namespace: Option<&str>, shutdown: &Canc
 async fn leader_election(
     client: &Client,
     flags: &Flags,
+    timing: LeaseTiming,
     shutdown: &CancellationToken,
 ) -> Result<impl std::future::Future<Output = ()> + use<>, ManagerError> {
     let namespace = flags
@@ -341,9 +395,12 @@ async fn leader_election(
         &flags.leader_elect_lease_name,
     )
     .with_namespace(&namespace)
-    .with_identity(&identity)
-    .with_duration(15)
-    .with_grace(5)
+    // Checked by `Flags::lease_timing` (0 < grace < duration): the constructor panics otherwise.
+    .with_parameters(kube_lease_manager::LeaseParams::new(
+        identity.as_str(),
+        timing.duration_secs,
+        timing.grace_secs,
+    ))
     .build()
     .await
     .map_err(|e| ManagerError::LeaderElection {
