@@ -138,6 +138,7 @@ async fn swap_upstream_capd_for_capd_rs_and_back() {
     let ns = env.handle().namespace("ns").await;
     let name = format!("{}-w", env.id);
     let cluster = name.clone();
+    let leftover = name.clone();
     env.run_mut(|env| {
         Box::pin(async move {
             let t0 = Instant::now();
@@ -248,7 +249,7 @@ async fn swap_upstream_capd_for_capd_rs_and_back() {
     })
     .await;
     // Whatever happened: upstream's containers carry no run label; remove them by cluster name.
-    for (c, _) in containers(&cluster) {
+    for (c, _) in containers(&leftover) {
         let _ = Command::new("docker").args(["rm", "-f", "-v", &c]).output();
     }
     if made_network {
