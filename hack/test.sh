@@ -33,7 +33,7 @@ hack/capi.sh down >/dev/null 2>&1 || true
 step "unit tests, CRD tests, Docker adapter tests, controller integration tests"
 # Every test manager records the API verbs it used here; tests/rbac.rs checks them at the end.
 rm -f "$CARGO_TARGET_DIR/tmp/rbac-usage.txt"
-cargo test --locked --lib --bins --test crds --test conversion --test docker_engine --test controllers --test deletion --test rbac --test hack_scripts
+cargo test --locked --lib --bins --test crds --test conversion --test docker_engine --test controllers --test adoption --test deletion --test rbac --test hack_scripts
 cargo test --locked -p capd-runc-shim
 step "hostile inputs against one manager: its memory, its loops, its secrets (tests/hostile.rs)"
 cargo test --locked --test hostile -- --nocapture

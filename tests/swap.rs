@@ -92,6 +92,49 @@ impl Drop for Upstream {
     }
 }
 
+/// kubelet flags a node needs on this host (cgroup v1, swap, kind's `/kubelet` cgroup):
+/// capd-rs adds them to kubeadm's configuration by itself, upstream CAPD expects them in the
+/// template (as `xtask bench` gives them to it).
+fn with_kubelet_args(rendered: &str) -> String {
+    const ARGS: [(&str, &str); 3] = [
+        ("fail-cgroupv1", "false"),
+        ("fail-swap-on", "false"),
+        ("cgroup-root", "/kubelet"),
+    ];
+    let mut docs = Vec::new();
+    for doc in rendered.split("\n---\n").filter(|d| d.contains("kind:")) {
+        let mut v: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();
+        let paths: &[&[&str]] = match v["kind"].as_str() {
+            Some("KubeadmControlPlane") => &[
+                &["spec", "kubeadmConfigSpec", "initConfiguration"],
+                &["spec", "kubeadmConfigSpec", "joinConfiguration"],
+            ],
+            Some("KubeadmConfigTemplate") => &[&["spec", "template", "spec", "joinConfiguration"]],
+            _ => &[],
+        };
+        for path in paths {
+            let mut at = &mut v;
+            for key in path.iter().chain(&["nodeRegistration"]) {
+                if at.get(*key).is_none() {
+                    at[*key] = serde_json::json!({});
+                }
+                at = &mut at[*key];
+            }
+            if !at["kubeletExtraArgs"].is_array() {
+                at["kubeletExtraArgs"] = serde_json::json!([]);
+            }
+            let list = at["kubeletExtraArgs"].as_array_mut().unwrap();
+            for (name, value) in ARGS {
+                if !list.iter().any(|a| a["name"] == name) {
+                    list.push(serde_json::json!({"name": name, "value": value}));
+                }
+            }
+        }
+        docs.push(serde_yaml_ng::to_string(&v).unwrap());
+    }
+    docs.join("---\n")
+}
+
 /// name -> ID of the cluster's containers (by upstream's cluster label, which ours carry too).
 fn containers(cluster: &str) -> BTreeMap<String, String> {
     docker_lines(&[
@@ -147,7 +190,13 @@ async fn swap_upstream_capd_for_capd_rs_and_back() {
             let mut upstream = Upstream::start(&env.id, &ns, 1);
             kubectl(
                 &["apply", "-f", "-"],
-                Some(&render_cluster(&name, &ns, 1, Some(NODE), None)),
+                Some(&with_kubelet_args(&render_cluster(
+                    &name,
+                    &ns,
+                    1,
+                    Some(NODE),
+                    None,
+                ))),
             );
             let kc = workload_kubeconfig(&h, &ns, &name).await;
             let up = tokio::time::timeout(
