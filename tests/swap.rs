@@ -135,6 +135,68 @@ fn with_kubelet_args(rendered: &str) -> String {
     docs.join("---\n")
 }
 
+/// An haproxy.cfg template for upstream's load balancer (its Go template language), as
+/// `xtask bench` gives it: upstream's default asks for `maxconn 100000`, more descriptors than
+/// containers get here, so its haproxy dies on the first reload. capd-rs's own config copes.
+const UPSTREAM_HAPROXY_TEMPLATE: &str = r#"global
+  log stdout format raw local0
+  daemon
+  maxconn 8000
+
+resolvers docker
+  nameserver dns 127.0.0.11:53
+
+defaults
+  log global
+  mode tcp
+  timeout connect 5s
+  timeout client 50s
+  timeout server 50s
+  default-server init-addr none
+
+frontend control-plane
+  bind *:{{ .FrontendControlPlanePort }}
+  default_backend kube-apiservers
+
+backend kube-apiservers
+  option httpchk GET /healthz
+{{- range $name, $server := .BackendServers }}
+  server {{ $name }} {{ $server.Address }}:{{ $.BackendControlPlanePort }} weight {{ $server.Weight }} check check-ssl verify none resolvers docker resolve-prefer ipv4
+{{- end }}
+"#;
+
+/// Point the DockerCluster at [`UPSTREAM_HAPROXY_TEMPLATE`] (for upstream), or at nothing (for
+/// capd-rs, which reads `customHAProxyConfigTemplateRef` as a complete haproxy.cfg, not as a
+/// Go template).
+fn upstream_lb_template(ns: &str, cluster: &str, on: bool) {
+    let name = format!("{cluster}-haproxy");
+    if on {
+        let cm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns},
+            "data": {"value": UPSTREAM_HAPROXY_TEMPLATE}});
+        kubectl(&["apply", "-f", "-"], Some(&cm.to_string()));
+    }
+    let reference = if on {
+        serde_json::json!({"name": name})
+    } else {
+        serde_json::Value::Null
+    };
+    let patch = serde_json::json!({"spec": {"loadBalancer": {"customHAProxyConfigTemplateRef": reference}}});
+    kubectl(
+        &[
+            "patch",
+            "dockercluster",
+            cluster,
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ],
+        None,
+    );
+}
+
 /// name -> ID of the cluster's containers (by upstream's cluster label, which ours carry too).
 fn containers(cluster: &str) -> BTreeMap<String, String> {
     docker_lines(&[
@@ -220,6 +282,7 @@ async fn swap_upstream_capd_for_capd_rs_and_back() {
 
             // 2. capd-rs takes over: nothing recreated; scale the MachineDeployment to 2.
             let t1 = Instant::now();
+            upstream_lb_template(&ns, &name, false);
             env.start_manager_in_namespace(&ns);
             let h = env.handle();
             h.manager_ready().await;
@@ -259,6 +322,7 @@ async fn swap_upstream_capd_for_capd_rs_and_back() {
 
             // 3. Back to upstream: it keeps the cluster as it is.
             let t2 = Instant::now();
+            upstream_lb_template(&ns, &name, true);
             let mut upstream = Upstream::start(&env.id, &ns, 2);
             tokio::time::sleep(Duration::from_secs(30)).await;
             wait_for_nodes(&h, &ns, &kc, 1, 2, "upstream again: 1+2 Ready").await;
@@ -272,6 +336,7 @@ async fn swap_upstream_capd_for_capd_rs_and_back() {
 
             // 4. capd-rs again, and the Cluster's deletion leaves nothing.
             let t3 = Instant::now();
+            upstream_lb_template(&ns, &name, false);
             env.start_manager_in_namespace(&ns);
             let h = env.handle();
             h.manager_ready().await;
