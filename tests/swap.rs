@@ -249,7 +249,6 @@ async fn swap_upstream_capd_for_capd_rs_and_back() {
             let t0 = Instant::now();
             let h = env.handle();
             // 1. Upstream creates the cluster.
-            let mut upstream = Upstream::start(&env.id, &ns, 1);
             kubectl(
                 &["apply", "-f", "-"],
                 Some(&with_kubelet_args(&render_cluster(
@@ -260,6 +259,9 @@ async fn swap_upstream_capd_for_capd_rs_and_back() {
                     None,
                 ))),
             );
+            // Before upstream starts, so its LB never runs its default config.
+            upstream_lb_template(&ns, &name, true);
+            let mut upstream = Upstream::start(&env.id, &ns, 1);
             let kc = workload_kubeconfig(&h, &ns, &name).await;
             let up = tokio::time::timeout(
                 NODES_READY,

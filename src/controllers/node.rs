@@ -3,6 +3,8 @@
 use crate::docker::{ContainerInfo, ContainerState, adoption, labels};
 
 /// The container with the machine's name, as far as this machine is concerned.
+// Short-lived (one per reconcile, moved straight into a decision): not worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Found {
     Missing,
