@@ -33,7 +33,7 @@ hack/capi.sh down >/dev/null 2>&1 || true
 step "unit tests, CRD tests, Docker adapter tests, controller integration tests"
 # Every test manager records the API verbs it used here; tests/rbac.rs checks them at the end.
 rm -f "$CARGO_TARGET_DIR/tmp/rbac-usage.txt"
-cargo test --locked --lib --bins --test crds --test conversion --test docker_engine --test controllers --test deletion --test rbac --test diagnostics --test hack_scripts --test upstream_flags
+cargo test --locked --lib --bins --test crds --test conversion --test docker_engine --test controllers --test adoption --test deletion --test rbac --test diagnostics --test hack_scripts --test upstream_flags
 cargo test --locked -p capd-runc-shim
 step "hostile inputs against one manager: its memory, its loops, its secrets (tests/hostile.rs)"
 cargo test --locked --test hostile -- --nocapture
@@ -45,6 +45,7 @@ hack/capi.sh up
 step "end-to-end tests driven by the real Cluster API (light nodes; real Kubernetes nodes)"
 cargo test --locked --test e2e
 cargo test --locked --test e2e_nodes -- --nocapture
+cargo test --locked --test swap -- --nocapture   # upstream CAPD -> capd-rs -> upstream -> capd-rs (~4 min)
 step "a kind management cluster from the node image (hack/kind.sh; kind built from the Go module proxy)"
 cargo test --locked --test kind_management
 step "provider images for kind: CAPI managers, cert-manager, capd-rs (hack/kind-providers.sh; cached by version)"

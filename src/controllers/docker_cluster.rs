@@ -185,8 +185,8 @@ async fn reconcile_normal(
 
     let uid = dc.uid().unwrap_or_default();
     let key = super::key(ctx.kinds.cluster, dc);
-    let outcome =
-        load_balancer::ensure(ctx, dc, &owner(ctx, dc, &cluster_name, &ns, &uid), cluster).await;
+    let owner = owner(ctx, dc, &cluster_name, &ns, &uid);
+    let outcome = load_balancer::ensure(ctx, dc, &owner, cluster, patcher).await;
     let conds = status.conditions.get_or_insert_with(Vec::new);
     let now = Utc::now();
     let (action, result) = match outcome {
@@ -292,7 +292,7 @@ async fn reconcile_delete(
 
     let ns = dc.namespace().unwrap_or_default();
     let uid = dc.uid().unwrap_or_default();
-    load_balancer::delete(ctx, &owner(ctx, dc, cluster_name, &ns, &uid)).await?;
+    load_balancer::delete(ctx, dc, &owner(ctx, dc, cluster_name, &ns, &uid)).await?;
     ctx.workload.forget(&ns, cluster_name);
     patcher.remove_finalizer(dc, FINALIZER).await?;
     ctx.forget(&super::key(ctx.kinds.cluster, dc), &uid);

@@ -12,6 +12,7 @@ use super::{
     backoff::{RestartDecision, restart_delay, restarting_message},
     context::Context,
     error::{Error, Result},
+    patch::Patcher,
 };
 use crate::{
     api::{
@@ -20,7 +21,7 @@ use crate::{
     },
     capi::{Cluster, IpFamily},
     docker::{
-        ContainerInfo, NetworkSpec, RuntimeError,
+        ContainerInfo, NetworkSpec, RuntimeError, adoption,
         haproxy::{self, Backend, HaproxyConfig},
         haproxy_template::{self, TemplateError},
         labels, naming, specs,
@@ -52,6 +53,12 @@ pub struct LbTarget {
     /// The Go template from `customHAProxyConfigTemplateRef` (parsed once on resolve; a text
     /// without `{{` is a complete haproxy.cfg and renders to itself).
     pub custom_config: Option<String>,
+    /// The ID of the upstream CAPD LB container the DockerCluster adopted (its
+    /// [`adoption::ADOPTED_CONTAINER`] annotation): that container is the cluster's LB, and
+    /// upstream's control-plane containers of the cluster are its backends too.
+    pub adopted_lb: Option<String>,
+    /// The Docker network of the cluster's containers.
+    pub network: String,
 }
 
 impl LbTarget {
@@ -73,6 +80,9 @@ impl LbTarget {
                 Some(dc) => custom_config(ctx, dc).await?,
                 None => None,
             },
+            adopted_lb: dc
+                .and_then(|dc| dc.annotations().get(adoption::ADOPTED_CONTAINER).cloned()),
+            network: ctx.settings.network.clone(),
         })
     }
 }
@@ -166,6 +176,7 @@ pub async fn ensure(
     dc: &DockerCluster,
     owner: &labels::Owner<'_>,
     cluster: &Cluster,
+    patcher: &mut Patcher<'_>,
 ) -> Result<Ensured> {
     let (cluster_name, ns) = (owner.cluster_name, owner.cluster_namespace);
     let ip_family = cluster.ip_family().map_err(|message| {
@@ -176,7 +187,7 @@ pub async fn ensure(
             BLOCKED_RETRY,
         )
     })?;
-    let target = LbTarget::resolve(ctx, ns, cluster_name, Some(dc), Some(cluster)).await?;
+    let mut target = LbTarget::resolve(ctx, ns, cluster_name, Some(dc), Some(cluster)).await?;
 
     let rt = &ctx.runtime;
     let name = naming::load_balancer_name(cluster_name);
@@ -184,14 +195,36 @@ pub async fn ensure(
     let container: ContainerInfo = match rt.inspect(&name).await? {
         Some(existing) => match labels::ownership(&existing.labels, owner) {
             labels::Ownership::Foreign(why) => {
-                return Err(Error::blocked(
-                    types::LOAD_BALANCER_AVAILABLE,
-                    reasons::NAME_CONFLICT,
-                    format!(
-                        "container {name} already exists and is not this DockerCluster's: {why}"
-                    ),
-                    BLOCKED_RETRY,
-                ));
+                let claim = adoption_claim(ctx, dc, cluster_name, &existing);
+                match adoption::decide(&existing, &claim) {
+                    adoption::Adoption::Recorded => {}
+                    adoption::Adoption::New => {
+                        info!(container = %name, id = %existing.id,
+                            "adopting the load balancer upstream CAPD created");
+                        patcher
+                            .annotations(
+                                serde_json::json!({ adoption::ADOPTED_CONTAINER: existing.id }),
+                            )
+                            .await?;
+                    }
+                    adoption::Adoption::Refused(not_upstream) => {
+                        let why = if existing.labels.contains_key(labels::MANAGED_BY) {
+                            why
+                        } else {
+                            not_upstream
+                        };
+                        return Err(Error::blocked(
+                            types::LOAD_BALANCER_AVAILABLE,
+                            reasons::NAME_CONFLICT,
+                            format!(
+                                "container {name} already exists and is not this DockerCluster's: {why}"
+                            ),
+                            BLOCKED_RETRY,
+                        ));
+                    }
+                }
+                target.adopted_lb = Some(existing.id.clone());
+                existing
             }
             // Ours, or ours before a re-create/move of the DockerCluster: adopt it.
             _ => existing,
@@ -284,11 +317,41 @@ pub async fn ensure(
     })
 }
 
-/// Remove the LB container if it is the owner's (someone else's is left alone); it must be gone
-/// before the finalizer goes.
-pub async fn delete(ctx: &Context, owner: &labels::Owner<'_>) -> Result<()> {
+/// What a DockerCluster says about the upstream CAPD load balancer `c` (see
+/// [`adoption::decide`]): upstream set the control-plane endpoint's host to its address.
+fn adoption_claim<'a>(
+    ctx: &'a Context,
+    dc: &'a DockerCluster,
+    cluster_name: &'a str,
+    c: &ContainerInfo,
+) -> adoption::Claim<'a> {
+    let host = dc
+        .spec
+        .control_plane_endpoint
+        .as_ref()
+        .and_then(|e| e.host.as_deref())
+        .filter(|h| !h.is_empty());
+    adoption::Claim {
+        cluster_name,
+        role: labels::ROLE_LOAD_BALANCER,
+        network: &ctx.settings.network,
+        recorded: dc
+            .annotations()
+            .get(adoption::ADOPTED_CONTAINER)
+            .map(String::as_str),
+        provisioned_on: host
+            .is_some_and(|h| c.ipv4.as_deref() == Some(h) || c.ipv6.as_deref() == Some(h)),
+    }
+}
+
+/// Remove the LB container if it is the owner's, or the upstream one it adopted (or would
+/// adopt); someone else's is left alone. It must be gone before the finalizer goes.
+pub async fn delete(ctx: &Context, dc: &DockerCluster, owner: &labels::Owner<'_>) -> Result<()> {
     let name = naming::load_balancer_name(owner.cluster_name);
-    let ours = |c: &ContainerInfo| labels::usable_by(&c.labels, owner);
+    let ours = |c: &ContainerInfo| {
+        labels::usable_by(&c.labels, owner)
+            || adoption::decide(c, &adoption_claim(ctx, dc, owner.cluster_name, c)).is_usable()
+    };
     if let Some(existing) = ctx.runtime.inspect(&name).await? {
         if ours(&existing) {
             info!(container = %name, "removing load balancer container");
@@ -359,7 +422,16 @@ pub async fn sync_backends(
     let is_lb = lb.labels.get(labels::KIND_ROLE).map(String::as_str)
         == Some(labels::ROLE_LOAD_BALANCER)
         && lb.labels.get(labels::OWNER_KIND).map(String::as_str) == Some(ctx.kinds.cluster);
-    if !labels::belongs_to_cluster(&lb.labels, &target.cluster, &target.namespace) || !is_lb {
+    let ours = labels::belongs_to_cluster(&lb.labels, &target.cluster, &target.namespace) && is_lb;
+    // Or upstream CAPD's LB that the DockerCluster adopted (that very container ID).
+    let adopted = target.adopted_lb.as_deref() == Some(lb.id.as_str())
+        && adoption::is_upstream_of(
+            &lb,
+            &target.cluster,
+            labels::ROLE_LOAD_BALANCER,
+            &target.network,
+        );
+    if !ours && !adopted {
         // Not our cluster's LB (same name, other namespace): never write into it.
         return Ok(SyncOutcome::NoLoadBalancer);
     }
@@ -372,9 +444,21 @@ pub async fn sync_backends(
         &target.namespace,
         labels::ROLE_CONTROL_PLANE,
     );
-    let servers: BTreeMap<String, String> = rt
-        .list(&selector)
-        .await?
+    let mut nodes = rt.list(&selector).await?;
+    if adopted {
+        // A cluster upstream CAPD created: its control-plane nodes carry only kind's labels.
+        // The adopted LB ties this cluster name to this DockerCluster, so they are its nodes.
+        let kind = adoption::kind_selector(&target.cluster, labels::ROLE_CONTROL_PLANE);
+        nodes.extend(rt.list(&kind).await?.into_iter().filter(|c| {
+            adoption::is_upstream_of(
+                c,
+                &target.cluster,
+                labels::ROLE_CONTROL_PLANE,
+                &target.network,
+            )
+        }));
+    }
+    let servers: BTreeMap<String, String> = nodes
         .into_iter()
         .filter(|c| c.is_running() && Some(c.name.as_str()) != exclude)
         .filter_map(|c| {
@@ -587,6 +671,8 @@ mod tests {
             frontend_port: 6443,
             ipv6: false,
             custom_config: None,
+            adopted_lb: None,
+            network: "kind".into(),
         }
     }
 

@@ -1,8 +1,10 @@
 //! What to do with a machine's node container, decided purely from what the engine reports and
 //! whose it is. The controller acts on the answer; these functions never touch Docker.
-use crate::docker::{ContainerInfo, ContainerState, labels};
+use crate::docker::{ContainerInfo, ContainerState, adoption, labels};
 
 /// The container with the machine's name, as far as this machine is concerned.
+// Short-lived (one per reconcile, moved straight into a decision): not worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Found {
     Missing,
@@ -19,6 +21,30 @@ pub fn found(existing: Option<ContainerInfo>, owner: &labels::Owner<'_>) -> Foun
             // Ours, or ours before a re-create/move of the DockerMachine: adopt it.
             _ => Found::Ours(c),
         },
+    }
+}
+
+/// Like [`found`], for a provisioned machine, which may also adopt the container upstream CAPD
+/// provisioned it on (see [`adoption::decide`]): that one counts as ours too; anything else
+/// with the name stays foreign, with both reasons.
+pub fn found_or_adopted(
+    existing: Option<ContainerInfo>,
+    owner: &labels::Owner<'_>,
+    claim: &adoption::Claim<'_>,
+) -> Found {
+    let Some(c) = existing else {
+        return Found::Missing;
+    };
+    match found(Some(c.clone()), owner) {
+        Found::Foreign(why) => match adoption::decide(&c, claim) {
+            // capd-rs's labels of another owner: their own reason says whose it is.
+            adoption::Adoption::Refused(_) if c.labels.contains_key(labels::MANAGED_BY) => {
+                Found::Foreign(why)
+            }
+            adoption::Adoption::Refused(not_upstream) => Found::Foreign(not_upstream),
+            _ => Found::Ours(c),
+        },
+        other => other,
     }
 }
 
@@ -179,6 +205,63 @@ mod tests {
                 Provisioned::Start(c)
             );
         }
+    }
+
+    #[test]
+    fn an_upstream_node_of_this_machine_is_adopted_anything_else_conflicts() {
+        let upstream = |cluster: &str| ContainerInfo {
+            id: "id-1".into(),
+            name: "c-m".into(),
+            state: Some(ContainerState::Running),
+            labels: BTreeMap::from([
+                (labels::KIND_CLUSTER.to_string(), cluster.to_string()),
+                (
+                    labels::KIND_ROLE.to_string(),
+                    labels::ROLE_WORKER.to_string(),
+                ),
+            ]),
+            networks: vec!["kind".into()],
+            ..Default::default()
+        };
+        let claim = adoption::Claim {
+            cluster_name: "c",
+            role: labels::ROLE_WORKER,
+            network: "kind",
+            recorded: None,
+            provisioned_on: true,
+        };
+        let c = upstream("c");
+        assert_eq!(
+            provisioned(found_or_adopted(Some(c.clone()), &OWNER, &claim)),
+            Provisioned::Alive(c)
+        );
+        // Same name, another cluster's labels: still a conflict.
+        assert!(matches!(
+            provisioned(found_or_adopted(Some(upstream("other")), &OWNER, &claim)),
+            Provisioned::Conflict(why) if why.contains("other")
+        ));
+        // No labels at all: a conflict too.
+        assert!(matches!(
+            provisioned(found_or_adopted(Some(foreign()), &OWNER, &claim)),
+            Provisioned::Conflict(_)
+        ));
+        // capd-rs's own container of another machine: its owner reason.
+        let theirs = ContainerInfo {
+            labels: labels::container_labels(
+                &labels::Owner {
+                    name: "n",
+                    uid: "u2",
+                    ..OWNER
+                },
+                labels::ROLE_WORKER,
+                &BTreeMap::new(),
+            ),
+            ..upstream("c")
+        };
+        assert!(matches!(
+            provisioned(found_or_adopted(Some(theirs), &OWNER, &claim)),
+            Provisioned::Conflict(why) if why.contains("DockerMachine n")
+        ));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //!
 //! Only [`engine`] knows about bollard; the controllers see the [`ContainerRuntime`] trait, which
 //! lets pure decision code be unit-tested with an in-memory fake.
+pub mod adoption;
 pub mod engine;
 pub mod events;
 #[cfg(test)]

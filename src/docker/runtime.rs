@@ -50,6 +50,8 @@ pub struct ContainerInfo {
     /// IPv4 address on the container's network (the named network if present, else the first one).
     pub ipv4: Option<String>,
     pub ipv6: Option<String>,
+    /// Names of the networks the container is attached to (adoption checks the cluster's).
+    pub networks: Vec<String>,
     /// Published ports: key like `6443/tcp`, value the host port.
     pub host_ports: BTreeMap<String, u16>,
     /// The main process's exit code after it last stopped (inspect only; 0 before any stop).

@@ -4,7 +4,11 @@ use chrono::Utc;
 use kube::{ResourceExt, runtime::controller::Action};
 use tracing::info;
 
-use super::{FINALIZER, Owners, decide::Bound, provision::sync_load_balancer};
+use super::{
+    FINALIZER, Owners,
+    decide::Bound,
+    provision::{adoption_claim, sync_load_balancer},
+};
 use crate::{
     api::{
         DockerMachine, DockerMachineStatus,
@@ -15,7 +19,7 @@ use crate::{
         error::{Error, Result},
         patch::Patcher,
     },
-    docker::{labels, naming},
+    docker::{adoption, labels, naming},
 };
 
 pub(super) async fn reconcile(
@@ -51,7 +55,8 @@ pub(super) async fn reconcile(
     // Which containers are this machine's: every one labelled with its UID (whatever its name:
     // the name is computed from the first Machine ownerRef and the cluster name, which a user
     // can change), and the one with the computed name only if its labels say it is this
-    // object's (its UID, or the same kind, name and cluster: a predecessor it adopted).
+    // object's (its UID, or the same kind, name and cluster: a predecessor it adopted), or it is
+    // the upstream CAPD container this machine adopted (or would adopt: see adoption::decide).
     let mut doomed = crate::docker::owned_by(ctx.runtime.as_ref(), &uid).await?;
     if let Some(cluster) = cluster_name {
         let name = naming::machine_container_name(cluster, &capi_machine_name(dm));
@@ -62,12 +67,29 @@ pub(super) async fn reconcile(
             name: &dm_name,
             uid: &uid,
         };
+        let role = match &owners.machine {
+            Some(m) if m.is_control_plane() => Some(labels::ROLE_CONTROL_PLANE),
+            Some(_) => Some(labels::ROLE_WORKER),
+            None => None,
+        };
+        let adoptable = |c: &crate::docker::ContainerInfo| {
+            // The Machine may be gone already: then the container's own role, if a node's.
+            let role = role.or_else(|| {
+                c.labels
+                    .get(labels::KIND_ROLE)
+                    .map(String::as_str)
+                    .filter(|r| [labels::ROLE_CONTROL_PLANE, labels::ROLE_WORKER].contains(r))
+            });
+            role.is_some_and(|role| {
+                adoption::decide(c, &adoption_claim(dm, ctx, cluster, &name, role)).is_usable()
+            })
+        };
         if !doomed.iter().any(|c| c.name == name)
             && let Some(existing) = ctx
                 .runtime
                 .inspect(&name)
                 .await?
-                .filter(|c| labels::usable_by(&c.labels, &owner))
+                .filter(|c| labels::usable_by(&c.labels, &owner) || adoptable(c))
         {
             doomed.push(existing);
         }

@@ -168,7 +168,7 @@ async fn act(plan: Plan, dm: &DockerMachine, owners: &Owners, ctx: &Context) -> 
                         Ok(Action::requeue(ctx.settings.resync))
                     }
                     Normal::Refresh(bound) => {
-                        provision::refresh(&bound, dm, owners, ctx, &mut status).await
+                        provision::refresh(&bound, dm, owners, ctx, &mut patcher, &mut status).await
                     }
                     Normal::Provision(bound, secret) => {
                         provision::Provisioning {

@@ -25,8 +25,8 @@ use crate::{
         workload,
     },
     docker::{
-        BindMount, ContainerInfo, NetworkSpec, RuntimeError, host_paths::HostPathPolicy, labels,
-        naming, specs,
+        BindMount, ContainerInfo, NetworkSpec, RuntimeError, adoption, host_paths::HostPathPolicy,
+        labels, naming, specs,
     },
 };
 
@@ -122,6 +122,7 @@ pub(super) async fn refresh(
     dm: &DockerMachine,
     owners: &Owners,
     ctx: &Context,
+    patcher: &mut Patcher<'_>,
     status: &mut DockerMachineStatus,
 ) -> Result<Action> {
     status.initialization = Some(Initialization {
@@ -144,7 +145,16 @@ pub(super) async fn refresh(
     let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());
     let (dm_name, uid) = (dm.name_any(), dm.uid().unwrap_or_default());
     let owner = owner(ctx, b, &dm_name, &uid);
-    let found = node::found(ctx.runtime.inspect(&name).await?, &owner);
+    let role = if control_plane {
+        labels::ROLE_CONTROL_PLANE
+    } else {
+        labels::ROLE_WORKER
+    };
+    let claim = adoption_claim(dm, ctx, &b.cluster_name, &name, role);
+    let found = node::found_or_adopted(ctx.runtime.inspect(&name).await?, &owner, &claim);
+    if let node::Found::Ours(c) = &found {
+        record_adoption(dm, patcher, c, &owner).await?;
+    }
     let container = match node::provisioned(found) {
         Provisioned::Alive(c) => c,
         Provisioned::Conflict(why) => return Err(conflict(&name, why)),
@@ -203,6 +213,46 @@ pub(super) async fn refresh(
     );
     status.addresses = Some(machine_addresses(&container, b.cluster.ip_family().ok()));
     Ok(Action::requeue(ctx.settings.resync))
+}
+
+/// What a DockerMachine says about the upstream CAPD container named `name` (see
+/// [`adoption::decide`]): upstream set its providerID to that container when it provisioned it.
+pub(super) fn adoption_claim<'a>(
+    dm: &'a DockerMachine,
+    ctx: &'a Context,
+    cluster_name: &'a str,
+    name: &str,
+    role: &'a str,
+) -> adoption::Claim<'a> {
+    adoption::Claim {
+        cluster_name,
+        role,
+        network: &ctx.settings.network,
+        recorded: dm
+            .annotations()
+            .get(adoption::ADOPTED_CONTAINER)
+            .map(String::as_str),
+        provisioned_on: dm.spec.provider_id.as_deref() == Some(naming::provider_id(name).as_str()),
+    }
+}
+
+/// The first time a machine uses an upstream CAPD container, its ID goes into the
+/// DockerMachine's [`adoption::ADOPTED_CONTAINER`] annotation: Docker cannot relabel a
+/// container, so the annotation is what says "ours" from then on (and after a restart).
+async fn record_adoption(
+    dm: &DockerMachine,
+    patcher: &mut Patcher<'_>,
+    c: &ContainerInfo,
+    owner: &labels::Owner<'_>,
+) -> Result<()> {
+    let recorded = dm.annotations().get(adoption::ADOPTED_CONTAINER);
+    if labels::usable_by(&c.labels, owner) || recorded == Some(&c.id) {
+        return Ok(());
+    }
+    info!(container = %c.name, id = %c.id, "adopting the node container upstream CAPD created");
+    patcher
+        .annotations(json!({ adoption::ADOPTED_CONTAINER: c.id }))
+        .await
 }
 
 /// `ContainerProvisioned` of a provisioned node whose container keeps stopping: how often it

@@ -189,6 +189,7 @@ pub(super) fn info_from_inspect(r: ContainerInspectResponse) -> ContainerInfo {
             .unwrap_or_default(),
         ipv4: endpoint.and_then(|e| non_empty(e.ip_address.clone())),
         ipv6: endpoint.and_then(|e| non_empty(e.global_ipv6_address.clone())),
+        networks: network_names(settings.and_then(|s| s.networks.as_ref())),
         host_ports: host_ports_from_map(settings.and_then(|s| s.ports.as_ref())),
         exit_code: r.state.as_ref().and_then(|s| s.exit_code),
         started_at: r
@@ -246,9 +247,25 @@ pub(super) fn info_from_summary(s: ContainerSummary) -> ContainerInfo {
             .unwrap_or_default(),
         ipv4: endpoint.and_then(|e| non_empty(e.ip_address.clone())),
         ipv6: endpoint.and_then(|e| non_empty(e.global_ipv6_address.clone())),
+        networks: network_names(
+            s.network_settings
+                .as_ref()
+                .and_then(|n| n.networks.as_ref()),
+        ),
         host_ports,
         ..Default::default()
     }
+}
+
+/// The names of the networks a container is attached to, sorted.
+fn network_names(networks: Option<&HashMap<String, EndpointSettings>>) -> Vec<String> {
+    let mut names: Vec<String> = networks
+        .into_iter()
+        .flatten()
+        .map(|(n, _)| n.clone())
+        .collect();
+    names.sort();
+    names
 }
 
 #[cfg(test)]
