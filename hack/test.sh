@@ -45,7 +45,9 @@ hack/capi.sh up
 step "end-to-end tests driven by the real Cluster API (light nodes; real Kubernetes nodes)"
 cargo test --locked --test e2e
 cargo test --locked --test e2e_nodes -- --nocapture
-cargo test --locked --test swap -- --nocapture   # upstream CAPD -> capd-rs -> upstream -> capd-rs (~4 min)
+step "swapping upstream CAPD for capd-rs and back with a real workload cluster (upstream's manager: hack/build-binaries.sh capd-upstream, cached by version)"
+hack/build-binaries.sh capd-upstream
+cargo test --locked --test swap -- --nocapture
 step "a kind management cluster from the node image (hack/kind.sh; kind built from the Go module proxy)"
 cargo test --locked --test kind_management
 step "provider images for kind: CAPI managers, cert-manager, capd-rs (hack/kind-providers.sh; cached by version)"
