@@ -25,7 +25,9 @@ pub enum PrivilegeMode {
 
 /// capd-rs manager: reconciles DockerCluster and DockerMachine objects into containers.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "manager", version, about)]
+// A flag given twice takes its last value, as with pflag: kustomize patches written for upstream
+// append an arg to override one already in the Deployment.
+#[command(name = "manager", version, about, args_override_self = true)]
 pub struct Flags {
     /// Path to a kubeconfig; in-cluster config (or $KUBECONFIG) when absent.
     #[arg(long, env = "KUBECONFIG")]
@@ -524,6 +526,23 @@ mod tests {
         );
         assert_eq!(d.log_level(), "info");
         assert!(d.ignored.given().is_empty());
+    }
+
+    /// As pflag: a repeated flag takes its last value (a kustomize patch appending
+    /// `--diagnostics-address=:8080` to upstream's Deployment), repeatable flags still add up.
+    #[test]
+    fn a_repeated_flag_takes_its_last_value() {
+        let f = parse(&[
+            "--diagnostics-address=:8443",
+            "--insecure-diagnostics=false",
+            "--container-label=a=1",
+            "--diagnostics-address=:8080",
+            "--insecure-diagnostics",
+            "--container-label=b=2",
+        ]);
+        assert_eq!(f.diagnostics_address, ":8080");
+        assert!(f.insecure_diagnostics);
+        assert_eq!(f.container_labels.len(), 2, "{:?}", f.container_labels);
     }
 
     #[test]
