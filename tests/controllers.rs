@@ -1735,3 +1735,64 @@ async fn an_impostor_owned_by_a_real_machine_gets_nothing() {
     })
     .await;
 }
+
+/// Machine templates get `status.capacity` from the engine's host, as upstream CAPD fills it
+/// (cluster-autoscaler scales from zero with it): `cpu` is `docker info`'s NCPU, `memory` its
+/// MemTotal in binary units. Read here straight from the engine, not through the manager's port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machine_templates_report_the_engine_hosts_capacity() {
+    let (env, ns) = TestEnv::with_namespaced_manager("tmplcap").await;
+    env.run(|env| async move {
+        let info = bollard::Docker::connect_with_unix(
+            "/var/run/docker.sock",
+            120,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .expect("Docker Engine")
+        .info()
+        .await
+        .expect("docker info");
+        let (ncpu, mem) = (info.ncpu.unwrap(), info.mem_total.unwrap() as u64);
+        let name = format!("{}-t", env.id);
+        for (kind, spec) in [
+            ("DockerMachineTemplate", json!({})),
+            ("DevMachineTemplate", json!({"backend": {"docker": {}}})),
+        ] {
+            let ar = kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+                "infrastructure.cluster.x-k8s.io",
+                "v1beta2",
+                kind,
+            ));
+            let api: Api<kube::core::DynamicObject> =
+                Api::namespaced_with(env.client.clone(), &ns, &ar);
+            let obj = json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": kind,
+                "metadata": {"name": name, "namespace": ns,
+                    "labels": {"cluster.x-k8s.io/watch-filter": env.id}},
+                "spec": {"template": {"spec": spec}}
+            });
+            api.create(&Default::default(), &serde_json::from_value(obj).unwrap())
+                .await
+                .expect("create template");
+            let capacity = eventually(LONG, "status.capacity", || async {
+                let t = api.get(&name).await.ok()?;
+                t.data["status"]["capacity"].as_object().cloned()
+            })
+            .await;
+            assert_eq!(
+                capacity["cpu"],
+                json!(ncpu.to_string()),
+                "{kind} {capacity:?}"
+            );
+            let memory = capacity["memory"].as_str().expect("memory as a string");
+            let (digits, shift) = [("Ki", 10), ("Mi", 20), ("Gi", 30)]
+                .into_iter()
+                .find_map(|(suffix, shift)| Some((memory.strip_suffix(suffix)?, shift)))
+                .unwrap_or((memory, 0));
+            let bytes = digits.parse::<u64>().expect("a whole number") << shift;
+            assert_eq!(bytes, mem, "{kind}: memory {memory} is MemTotal");
+            api.delete(&name, &Default::default()).await.unwrap();
+        }
+    })
+    .await;
+}

@@ -1,5 +1,6 @@
 //! `DockerClusterTemplate` and `DockerMachineTemplate`: used by ClusterClass, KCP and
-//! MachineDeployments to stamp out our objects. No controller watches them.
+//! MachineDeployments to stamp out our objects. Only a machine template's status is written (its
+//! capacity: see `controllers::machine_template`); nothing reads their specs but CAPI.
 use std::collections::BTreeMap;
 
 use kube::CustomResource;

@@ -1,4 +1,4 @@
-//! The three controllers and how they are wired: watches, concurrency, backoff, metrics, shutdown.
+//! The three controllers (and the machine templates' status-only one) and how they are wired: watches, concurrency, backoff, metrics, shutdown.
 //! They run once per family of kinds ([`kinds`]): Docker* and Dev*.
 pub mod backoff;
 pub mod bootstrap_tasks;
@@ -12,6 +12,7 @@ pub mod events;
 pub mod kinds;
 pub mod load_balancer;
 pub mod machine_bootstrap;
+pub mod machine_template;
 pub mod mappers;
 pub mod node;
 pub mod patch;
@@ -266,6 +267,20 @@ pub async fn run<S>(
         std::array::from_fn(|_| futures::stream::pending().boxed())
     };
     let [docker, dev] = triggers;
+    let templates = futures::future::join(
+        machine_template::run::<crate::api::DockerMachineTemplate, _>(
+            shared.clone(),
+            &scope,
+            scope.docker.machine,
+            shutdown.clone(),
+        ),
+        machine_template::run::<crate::api::dev::DevMachineTemplate, _>(
+            shared.clone(),
+            &scope,
+            scope.dev.machine,
+            shutdown.clone(),
+        ),
+    );
     let capi = |clusters: [_; 3], machines, machine_pools| CapiEvents {
         clusters,
         machines,
@@ -288,6 +303,7 @@ pub async fn run<S>(
             dev,
             shutdown,
         ),
+        templates,
     );
 }
 

@@ -60,6 +60,16 @@ pub fn pool_instance(dm: &crate::api::DockerMachine) -> Option<u64> {
     ))
 }
 
+/// A machine template matters to its controller only for the capacity it already shows (the
+/// reconcile compares it with the host's): a hand edit of it is put right, and the echo of our
+/// own write passes once and writes nothing. The host is read again on the resync, not here.
+pub fn template<K: crate::controllers::machine_template::Template>(t: &K) -> Option<u64> {
+    hash(
+        t.capacity()
+            .map(|c| serde_json::to_string(c).unwrap_or_default()),
+    )
+}
+
 /// A Cluster matters for its spec (paused, network, references) and the two initialization
 /// facts of its status.
 pub fn cluster(c: &Cluster) -> Option<u64> {

@@ -15,8 +15,8 @@ use async_trait::async_trait;
 
 use super::tail::{EXEC_OUTPUT_TAIL, TailBuffer};
 use super::{
-    ContainerInfo, ContainerRuntime, ContainerSpec, ExecOutput, NetworkSpec, RuntimeError,
-    RuntimeResult,
+    ContainerInfo, ContainerRuntime, ContainerSpec, ExecOutput, HostCapacity, NetworkSpec,
+    RuntimeError, RuntimeResult,
 };
 
 /// One exec: container, argv, stdin.
@@ -32,6 +32,8 @@ pub struct FakeRuntime {
     /// (container, image) of every import, in order.
     imports: Mutex<Vec<(String, String)>>,
     missing_images: BTreeSet<String>,
+    /// What `host_capacity` answers; `None` is an unavailable engine.
+    capacity: Mutex<Option<HostCapacity>>,
 }
 
 impl FakeRuntime {
@@ -62,6 +64,11 @@ impl FakeRuntime {
         self
     }
 
+    /// From now on, the host has this capacity (`None`: the engine cannot say).
+    pub fn set_capacity(&self, capacity: Option<HostCapacity>) {
+        *self.capacity.lock().unwrap() = capacity;
+    }
+
     /// (container, image) of every image import so far.
     pub fn imports(&self) -> Vec<(String, String)> {
         self.imports.lock().unwrap().clone()
@@ -87,6 +94,12 @@ fn tail(stream: &[u8]) -> Vec<u8> {
 impl ContainerRuntime for FakeRuntime {
     async fn ping(&self) -> RuntimeResult<()> {
         Ok(())
+    }
+    async fn host_capacity(&self) -> RuntimeResult<HostCapacity> {
+        self.capacity
+            .lock()
+            .unwrap()
+            .ok_or_else(|| RuntimeError::Unavailable("fake engine without capacity".into()))
     }
     async fn ensure_network(&self, _: &NetworkSpec) -> RuntimeResult<()> {
         Ok(())

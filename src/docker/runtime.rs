@@ -190,11 +190,22 @@ pub enum EngineEvent {
     Reconnected,
 }
 
+/// What the engine's host offers (`docker info`: `NCPU`, `MemTotal`): the capacity a machine
+/// template reports, since every node container shares that host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostCapacity {
+    pub cpus: u64,
+    pub memory_bytes: u64,
+}
+
 /// The operations the controllers need from a container engine.
 #[async_trait]
 pub trait ContainerRuntime: Send + Sync {
     /// Cheap liveness check of the engine.
     async fn ping(&self) -> RuntimeResult<()>;
+    /// The host's CPU count and memory as the engine reports them (read anew on every call:
+    /// a host's memory can change).
+    async fn host_capacity(&self) -> RuntimeResult<HostCapacity>;
     /// Create the network if no network with exactly this name exists. Serialized internally.
     async fn ensure_network(&self, spec: &NetworkSpec) -> RuntimeResult<()>;
     /// Inspect a container by exact name; `Ok(None)` if it does not exist.

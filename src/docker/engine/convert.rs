@@ -268,9 +268,49 @@ fn network_names(networks: Option<&HashMap<String, EndpointSettings>>) -> Vec<St
     names
 }
 
+/// The host's capacity from `docker info`'s `NCPU` and `MemTotal`. An engine that leaves either
+/// out (or reports no CPU or memory) has not told us the capacity: an error to retry, never a
+/// zero that would tell the autoscaler a machine fits nothing.
+pub(super) fn host_capacity(
+    ncpu: Option<i64>,
+    mem_total: Option<i64>,
+) -> RuntimeResult<HostCapacity> {
+    match (ncpu, mem_total) {
+        (Some(cpus), Some(memory)) if cpus > 0 && memory > 0 => Ok(HostCapacity {
+            cpus: cpus as u64,
+            memory_bytes: memory as u64,
+        }),
+        _ => Err(RuntimeError::Unavailable(format!(
+            "engine info without the host's capacity (NCPU {ncpu:?}, MemTotal {mem_total:?})"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_capacity_needs_both_numbers() {
+        assert_eq!(
+            host_capacity(Some(8), Some(16 << 30)).unwrap(),
+            HostCapacity {
+                cpus: 8,
+                memory_bytes: 16 << 30
+            }
+        );
+        for (ncpu, mem) in [
+            (None, Some(1)),
+            (Some(1), None),
+            (Some(0), Some(1)),
+            (Some(1), Some(-1)),
+        ] {
+            assert!(matches!(
+                host_capacity(ncpu, mem),
+                Err(RuntimeError::Unavailable(_))
+            ));
+        }
+    }
     use crate::docker::runtime::PortPublish;
 
     fn spec(privilege: NodePrivilege) -> ContainerSpec {

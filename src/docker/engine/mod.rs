@@ -30,7 +30,7 @@ use tokio::sync::{Mutex, Semaphore};
 
 use super::runtime::{
     BindMount, ContainerInfo, ContainerRuntime, ContainerSpec, ContainerState, ExecOutput,
-    NetworkSpec, NodePrivilege, RuntimeError, RuntimeResult,
+    HostCapacity, NetworkSpec, NodePrivilege, RuntimeError, RuntimeResult,
 };
 
 /// Default engine socket.
@@ -45,7 +45,7 @@ mod import;
 use address::Endpoint;
 pub use address::EngineOptions;
 
-use convert::{create_body, info_from_inspect, info_from_summary};
+use convert::{create_body, host_capacity, info_from_inspect, info_from_summary};
 use errors::{chain, classify};
 
 const REQUEST_TIMEOUT_SECS: u64 = 120;
@@ -346,6 +346,16 @@ impl ContainerRuntime for BollardRuntime {
             .await
             .map(|_| ())
             .map_err(|e| classify("ping", e))
+    }
+
+    async fn host_capacity(&self) -> RuntimeResult<HostCapacity> {
+        self.count(Op::Info);
+        let info = self
+            .docker
+            .info()
+            .await
+            .map_err(|e| classify("read engine info", e))?;
+        host_capacity(info.ncpu, info.mem_total)
     }
 
     async fn ensure_network(&self, spec: &NetworkSpec) -> RuntimeResult<()> {
