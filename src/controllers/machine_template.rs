@@ -148,9 +148,7 @@ where
         .predicate_filter(predicates::template::<K>, Default::default());
     let kind = K::kind(&());
     Controller::for_stream(events, store)
-        .with_config(
-            kube::runtime::controller::Config::default().concurrency(concurrency),
-        )
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .trigger_backoff(super::backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown)
         .run(
