@@ -21,6 +21,10 @@ use std::{
 };
 
 use common::{capi_e2e::*, workload::*, *};
+// The haproxy.cfg template `xtask bench` gives upstream's load balancer: upstream's default asks
+// for `maxconn 100000`, more descriptors than containers get here, so its haproxy dies on the
+// first reload. capd-rs's own config copes.
+use xtask::bench::nodes::UPSTREAM_HAPROXY_TEMPLATE;
 
 const UPSTREAM_NETWORK: &str = "kind";
 const NODE: &str = "kindest/node:v1.35.4";
@@ -135,39 +139,8 @@ fn with_kubelet_args(rendered: &str) -> String {
     docs.join("---\n")
 }
 
-/// An haproxy.cfg template for upstream's load balancer (its Go template language), as
-/// `xtask bench` gives it: upstream's default asks for `maxconn 100000`, more descriptors than
-/// containers get here, so its haproxy dies on the first reload. capd-rs's own config copes.
-const UPSTREAM_HAPROXY_TEMPLATE: &str = r#"global
-  log stdout format raw local0
-  daemon
-  maxconn 8000
-
-resolvers docker
-  nameserver dns 127.0.0.11:53
-
-defaults
-  log global
-  mode tcp
-  timeout connect 5s
-  timeout client 50s
-  timeout server 50s
-  default-server init-addr none
-
-frontend control-plane
-  bind *:{{ .FrontendControlPlanePort }}
-  default_backend kube-apiservers
-
-backend kube-apiservers
-  option httpchk GET /healthz
-{{- range $name, $server := .BackendServers }}
-  server {{ $name }} {{ $server.Address }}:{{ $.BackendControlPlanePort }} weight {{ $server.Weight }} check check-ssl verify none resolvers docker resolve-prefer ipv4
-{{- end }}
-"#;
-
 /// Point the DockerCluster at [`UPSTREAM_HAPROXY_TEMPLATE`] (for upstream), or at nothing (for
-/// capd-rs, which reads `customHAProxyConfigTemplateRef` as a complete haproxy.cfg, not as a
-/// Go template).
+/// capd-rs, whose own generated config copes with the descriptor limit).
 fn upstream_lb_template(ns: &str, cluster: &str, on: bool) {
     let name = format!("{cluster}-haproxy");
     if on {
