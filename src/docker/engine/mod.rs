@@ -196,13 +196,17 @@ impl BollardRuntime {
     /// Whether the engine's host runs cgroup v1 (including hybrid): the kubelet in a node must
     /// then be told to accept it (kubelet 1.35 refuses cgroup v1 by default).
     pub async fn cgroup_v1(&self) -> Result<bool, RuntimeError> {
+        let info = self.info().await?;
+        Ok(info.cgroup_version.is_some_and(|v| v.to_string() == "1"))
+    }
+
+    /// `docker info`, counted.
+    async fn info(&self) -> Result<bollard::models::SystemInfo, RuntimeError> {
         self.count(Op::Info);
-        let info = self
-            .docker
+        self.docker
             .info()
             .await
-            .map_err(|e| classify("read engine info", e))?;
-        Ok(info.cgroup_version.is_some_and(|v| v.to_string() == "1"))
+            .map_err(|e| classify("read engine info", e))
     }
 
     /// The negotiated API version, e.g. `1.41`.
@@ -349,12 +353,7 @@ impl ContainerRuntime for BollardRuntime {
     }
 
     async fn host_capacity(&self) -> RuntimeResult<HostCapacity> {
-        self.count(Op::Info);
-        let info = self
-            .docker
-            .info()
-            .await
-            .map_err(|e| classify("read engine info", e))?;
+        let info = self.info().await?;
         host_capacity(info.ncpu, info.mem_total)
     }
 

@@ -93,7 +93,7 @@ pub fn render(cfg: &NodesConfig, kubeconfig: &std::path::Path, id: &str) -> Resu
 /// the first reload and no control plane ever answers through it. capd-rs's generated config
 /// copes (`no strict-limits`); upstream gets this through its own
 /// `customHAProxyConfigTemplateRef`, with the same listeners, checks and resolver.
-const UPSTREAM_HAPROXY_TEMPLATE: &str = r#"global
+pub const UPSTREAM_HAPROXY_TEMPLATE: &str = r#"global
   log stdout format raw local0
   daemon
   # About two descriptors per connection, within the container's 20000.
