@@ -17,6 +17,11 @@ K8S_VERSION=${K8S_VERSION:-1.35.4}
 ETCD_VERSION=${ETCD_VERSION:-3.6.6}
 # CoreDNS: the version kubeadm v$K8S_VERSION deploys (its CoreDNSVersion).
 COREDNS_VERSION=${COREDNS_VERSION:-1.13.1}
+# The version upgrade tests start from (hack/upgrade.sh, upstream's upgrade e2e specs), with the
+# etcd and CoreDNS versions kubeadm v$UPGRADE_FROM deploys; they upgrade to v$K8S_VERSION.
+UPGRADE_FROM=${UPGRADE_FROM:-1.34.4}
+UPGRADE_ETCD=${UPGRADE_ETCD:-3.6.5}
+UPGRADE_COREDNS=${UPGRADE_COREDNS:-1.12.1}
 # crictl in the node image, as kind's has it (upstream CAPD v1.14 waits for `crictl ps` before
 # it bootstraps a node). v1.34.0 is the newest sigs.k8s.io/cri-tools the module proxy has.
 CRICTL_VERSION=${CRICTL_VERSION:-1.34.0}

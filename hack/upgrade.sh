@@ -9,11 +9,6 @@
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
-UPGRADE_FROM=${UPGRADE_FROM:-1.34.4}
-# The etcd and CoreDNS versions kubeadm v$UPGRADE_FROM deploys (DefaultEtcdVersion, CoreDNSVersion).
-UPGRADE_ETCD=${UPGRADE_ETCD:-3.6.5}
-UPGRADE_COREDNS=${UPGRADE_COREDNS:-1.12.1}
-
 hack/docker-engine.sh
 hack/images.sh
 hack/node-image.sh

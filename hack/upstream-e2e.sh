@@ -13,8 +13,11 @@
 #   md-scale                  MachineDeploymentScaleSpec (1 -> 3 -> 1 workers)
 #   kcp-scale                 QuickStartSpec + ScaleAndWaitControlPlane 1 -> 3 -> 1
 #   machine-pool              MachinePoolSpec, upstream's machine-pool flavor
-#   self-hosted               SelfHostedSpec without upgrade (clusterctl init on the workload
-#                             cluster, clusterctl move onto it and back)
+#   self-hosted, self-hosted-ha, self-hosted-single-node
+#                             SelfHostedSpec, upstream's three forms (clusterctl init on the workload
+#                             cluster, move onto it, upgrade v$UPGRADE_FROM -> v$K8S_VERSION, move back)
+#   cluster-upgrade, cluster-upgrade-ha, cluster-upgrade-ha-scale-in
+#                             ClusterUpgradeConformanceSpec without conformance, upstream's three
 #   quick-start-ignition, quick-start-no-workers, kcp-remediation, md-remediation, kcp-adoption,
 #   node-drain, cluster-deletion   upstream's specs of those names, with upstream's inputs
 # Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
@@ -110,6 +113,12 @@ run() {
   local filter=${1:-quick-start} bin t0=$SECONDS
   [[ $filter == all ]] && filter=''
   bin=$(build)
+  # The upgrade specs start from a second node image (config.yaml's KUBERNETES_VERSION_UPGRADE_FROM):
+  # built only when the filter may select one, as its cold build takes 15-20 minutes.
+  if [[ -z $filter || $filter =~ upgrade|self-hosted|kubeadm-join|infra-adoption ]]; then
+    K8S_VERSION=$UPGRADE_FROM ETCD_VERSION=$UPGRADE_ETCD COREDNS_VERSION=$UPGRADE_COREDNS \
+      "$HACK_DIR/node-image.sh"
+  fi
   "$HACK_DIR/kind-providers.sh" build
   "$HACK_DIR/kind.sh" up
   if [[ ${KEEP_CLUSTER:-0} != 1 ]]; then trap down EXIT; fi

@@ -116,3 +116,42 @@ fn the_tests_expect_the_versions_hack_builds() {
         "hack/lib.sh's K8S_VERSION and CAPI_VERSION"
     );
 }
+
+/// Upstream's e2e config (hack/upstream-e2e/config.yaml) names the node images hack/lib.sh builds:
+/// a version changed in one place only would leave an upgrade spec waiting for an image that was
+/// never built.
+#[test]
+fn the_upstream_e2e_config_names_the_versions_hack_builds() {
+    let out = bash(
+        "source hack/lib.sh && echo \"$K8S_VERSION $UPGRADE_FROM $ETCD_VERSION $COREDNS_VERSION\"",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<&str> = stdout.split_whitespace().collect();
+    let config = include_str!("../hack/upstream-e2e/config.yaml");
+    let var = |name: &str| {
+        let prefix = format!("  {name}: ");
+        config
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("config.yaml sets {name}"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(
+        [
+            var("KUBERNETES_VERSION"),
+            var("KUBERNETES_VERSION_UPGRADE_TO"),
+            var("KUBERNETES_VERSION_UPGRADE_FROM"),
+            var("ETCD_VERSION_UPGRADE_TO"),
+            var("COREDNS_VERSION_UPGRADE_TO"),
+        ],
+        [
+            format!("v{}", v[0]),
+            format!("v{}", v[0]),
+            format!("v{}", v[1]),
+            format!("{}-0", v[2]),
+            format!("v{}", v[3]),
+        ],
+        "config.yaml's versions and hack/lib.sh's"
+    );
+}

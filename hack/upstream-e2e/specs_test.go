@@ -19,6 +19,9 @@ import (
 	clusterctlcluster "sigs.k8s.io/cluster-api/cmd/clusterctl/client/cluster"
 	"sigs.k8s.io/cluster-api/test/e2e"
 	"sigs.k8s.io/cluster-api/test/framework"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // The specs, each under a Ginkgo label hack/upstream-e2e.sh filters on (-ginkgo.label-filter).
@@ -153,26 +156,172 @@ func upstreamQuickStartChecks(classy bool) func(framework.ClusterProxy, string, 
 	}
 }
 
-// Self-hosted: the workload cluster becomes the management cluster (clusterctl init on it, then
-// clusterctl move of the cluster's own objects onto it, and back at the end). Its nodes need the
-// provider images (the spec passes them as DOCKER_PRELOAD_IMAGES, from config.yaml's images) and
-// the host's Docker socket for capd-rs running there: upstream's default flavor mounts it, and
-// config.yaml sets CAPD_EXTRA_MOUNT_ALLOW_DOCKER_SOCKET. No Kubernetes upgrade (one node image
-// version here).
-var _ = Describe("When testing Cluster API working on self-hosted clusters", Label("self-hosted"), func() {
+// Self-hosted, upstream's three forms: the workload cluster becomes the management cluster
+// (clusterctl init on it, clusterctl move of the cluster's own objects onto it), capd-rs running
+// there upgrades it from KUBERNETES_VERSION_UPGRADE_FROM to _TO, and everything moves back. Its
+// nodes need the provider images (the spec preloads config.yaml's images) and the host's Docker
+// socket, which upstream's flavors mount and config.yaml allows (CAPD_EXTRA_MOUNT_ALLOW_DOCKER_SOCKET).
+var _ = Describe("When testing Cluster API working on self-hosted clusters using ClusterClass", Label("self-hosted"), func() {
 	e2e.SelfHostedSpec(ctx, func() e2e.SelfHostedSpecInput {
 		return e2e.SelfHostedSpecInput{
-			E2EConfig:                e2eConfig,
-			ClusterctlConfigPath:     clusterctlConfigPath,
-			BootstrapClusterProxy:    bootstrapClusterProxy,
-			ArtifactFolder:           artifactFolder,
-			SkipCleanup:              skipCleanup,
-			SkipUpgrade:              true,
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                   "topology",
 			ControlPlaneMachineCount: ptr.To[int64](1),
 			WorkerMachineCount:       ptr.To[int64](1),
 		}
 	})
 })
+
+var _ = Describe("When testing Cluster API working on self-hosted clusters using ClusterClass with a HA control plane", Label("self-hosted-ha"), func() {
+	e2e.SelfHostedSpec(ctx, func() e2e.SelfHostedSpecInput {
+		return e2e.SelfHostedSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                   "topology",
+			ControlPlaneMachineCount: ptr.To[int64](3),
+			WorkerMachineCount:       ptr.To[int64](1),
+		}
+	})
+})
+
+var _ = Describe("When testing Cluster API working on single-node self-hosted clusters using ClusterClass", Label("self-hosted-single-node"), func() {
+	e2e.SelfHostedSpec(ctx, func() e2e.SelfHostedSpecInput {
+		return e2e.SelfHostedSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                   "topology-no-workers",
+			ControlPlaneMachineCount: ptr.To[int64](1),
+			WorkerMachineCount:       ptr.To[int64](0),
+		}
+	})
+})
+
+// Cluster upgrades from KUBERNETES_VERSION_UPGRADE_FROM to _TO (two node images, config.yaml),
+// without the conformance run (its image cannot be built offline), as upstream runs them.
+
+var _ = Describe("When upgrading a workload cluster using ClusterClass", Label("cluster-upgrade"), func() {
+	e2e.ClusterUpgradeConformanceSpec(ctx, func() e2e.ClusterUpgradeConformanceSpecInput {
+		return e2e.ClusterUpgradeConformanceSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                   ptr.To("topology"),
+			ControlPlaneMachineCount: ptr.To[int64](1),
+			WorkerMachineCount:       ptr.To[int64](2),
+			SkipConformanceTests:     true,
+		}
+	})
+})
+
+var _ = Describe("When upgrading a workload cluster using ClusterClass with a HA control plane", Label("cluster-upgrade-ha"), func() {
+	e2e.ClusterUpgradeConformanceSpec(ctx, func() e2e.ClusterUpgradeConformanceSpecInput {
+		return e2e.ClusterUpgradeConformanceSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                             ptr.To("kcp-pre-drain"),
+			ControlPlaneMachineCount:           ptr.To[int64](3),
+			WorkerMachineCount:                 ptr.To[int64](1),
+			SkipConformanceTests:               true,
+			PreWaitForControlPlaneToBeUpgraded: releaseKCPPreDrainHookWhenStable(3),
+		}
+	})
+})
+
+var _ = Describe("When upgrading a workload cluster using ClusterClass with a HA control plane using scale-in rollout", Label("cluster-upgrade-ha-scale-in"), func() {
+	e2e.ClusterUpgradeConformanceSpec(ctx, func() e2e.ClusterUpgradeConformanceSpecInput {
+		return e2e.ClusterUpgradeConformanceSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                   ptr.To("kcp-scale-in"),
+			ControlPlaneMachineCount: ptr.To[int64](3),
+			WorkerMachineCount:       ptr.To[int64](1),
+			SkipConformanceTests:     true,
+		}
+	})
+})
+
+// releaseKCPPreDrainHookWhenStable is the gate upstream's HA upgrade puts in front of each control
+// plane Machine's drain: the kcp-pre-drain flavor marks every control-plane Machine with a pre-drain
+// hook, and the test lifts it from the one Machine being deleted only while the workload cluster is
+// stable (every Node Ready, one Ready kube-proxy Pod per Node). It returns once all `want`
+// control-plane Machines run the topology's version with a healthy Node.
+func releaseKCPPreDrainHookWhenStable(want int64) func(framework.ClusterProxy, string, string) {
+	const hook = "pre-drain.delete.hook.machine.cluster.x-k8s.io/kcp-ready-check"
+	return func(mgmt framework.ClusterProxy, namespace, name string) {
+		cluster := &clusterv1.Cluster{}
+		Expect(mgmt.GetClient().Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, cluster)).To(Succeed())
+		workload := mgmt.GetWorkloadCluster(ctx, namespace, name).GetClient()
+		Eventually(func() (int64, error) {
+			if err := workloadStable(workload); err != nil {
+				return 0, err
+			}
+			machines := framework.GetControlPlaneMachinesByCluster(ctx, framework.GetControlPlaneMachinesByClusterInput{
+				Lister: mgmt.GetClient(), ClusterName: name, Namespace: namespace,
+			})
+			var deleting []clusterv1.Machine
+			var upgraded int64
+			for _, m := range machines {
+				if !m.DeletionTimestamp.IsZero() {
+					deleting = append(deleting, m)
+				}
+				if m.Spec.Version == cluster.Spec.Topology.Version && conditions.IsTrue(&m, clusterv1.MachineNodeHealthyCondition) {
+					upgraded++
+				}
+			}
+			switch {
+			case len(deleting) > 1:
+				return 0, fmt.Errorf("%d control-plane Machines deleting at once; KCP rolls out one at a time", len(deleting))
+			case len(deleting) == 1:
+				m := &deleting[0]
+				if m.Annotations[hook] != "true" {
+					return 0, fmt.Errorf("Machine %s is deleting without the pre-drain hook %s", m.Name, hook)
+				}
+				helper, err := patch.NewHelper(m, mgmt.GetClient())
+				if err != nil {
+					return 0, err
+				}
+				delete(m.Annotations, hook)
+				if err := helper.Patch(ctx, m); err != nil {
+					return 0, err
+				}
+				return 0, fmt.Errorf("released the pre-drain hook of Machine %s", m.Name)
+			case int64(len(machines)) > upgraded:
+				return 0, fmt.Errorf("%d of %d control-plane Machines upgraded and healthy", upgraded, len(machines))
+			}
+			return upgraded, nil
+		}, e2eConfig.GetIntervals("k8s-upgrade-and-conformance", "wait-machine-upgrade")...).Should(Equal(want))
+	}
+}
+
+// workloadStable: every Node Ready and exactly one Ready kube-proxy Pod per Node.
+func workloadStable(workload client.Client) error {
+	nodes := &corev1.NodeList{}
+	if err := workload.List(ctx, nodes); err != nil {
+		return err
+	}
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				return fmt.Errorf("Node %s is not Ready: %s", n.Name, c.Message)
+			}
+		}
+	}
+	proxies := &corev1.PodList{}
+	if err := workload.List(ctx, proxies, client.InNamespace(metav1.NamespaceSystem), client.MatchingLabels{"k8s-app": "kube-proxy"}); err != nil {
+		return err
+	}
+	if len(proxies.Items) != len(nodes.Items) {
+		return fmt.Errorf("%d kube-proxy Pods for %d Nodes", len(proxies.Items), len(nodes.Items))
+	}
+	for _, p := range proxies.Items {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status != corev1.ConditionTrue {
+				return fmt.Errorf("kube-proxy Pod %s is not Ready", p.Name)
+			}
+		}
+	}
+	return nil
+}
 
 // The other upstream specs that run on one Kubernetes version without the runtime extension, each
 // with the input upstream gives it (test/e2e/*_test.go of the same module), on upstream's flavors.

@@ -29,8 +29,6 @@ use Coverage::{Label, NotRunnable};
 
 const IN_MEMORY: &str = "runs on the in-memory backend, which capd-rs does not serve yet";
 const EXTENSION: &str = "needs upstream's test runtime extension, not built here yet";
-const TWO_VERSIONS: &str =
-    "upgrades between two Kubernetes versions; one node image (v1.35.4) is wired so far";
 const CONFORMANCE: &str = "needs the Kubernetes conformance image, which cannot be built offline";
 
 /// Every `Describe` of upstream's `test/e2e` v1.14 (39), in file order.
@@ -75,17 +73,17 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "cluster_upgrade_test.go",
         "upgrade with ClusterClass",
-        NotRunnable(TWO_VERSIONS),
+        Label("cluster-upgrade"),
     ),
     spec(
         "cluster_upgrade_test.go",
         "upgrade with a HA control plane",
-        NotRunnable(TWO_VERSIONS),
+        Label("cluster-upgrade-ha"),
     ),
     spec(
         "cluster_upgrade_test.go",
         "upgrade with a HA control plane, scale-in rollout",
-        NotRunnable(TWO_VERSIONS),
+        Label("cluster-upgrade-ha-scale-in"),
     ),
     spec(
         "clusterclass_changes_test.go",
@@ -155,7 +153,7 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "kubeadm_join_old_nodes_test.go",
         "kubeadm join of an older worker",
-        NotRunnable(TWO_VERSIONS),
+        NotRunnable(EXTENSION),
     ),
     spec(
         "machine_pool_test.go",
@@ -217,17 +215,17 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "self_hosted_test.go",
         "self-hosted with ClusterClass",
-        NotRunnable(TWO_VERSIONS),
+        Label("self-hosted"),
     ),
     spec(
         "self_hosted_test.go",
         "self-hosted with ClusterClass, HA control plane",
-        NotRunnable(TWO_VERSIONS),
+        Label("self-hosted-ha"),
     ),
     spec(
         "self_hosted_test.go",
         "self-hosted single node with ClusterClass",
-        NotRunnable(TWO_VERSIONS),
+        Label("self-hosted-single-node"),
     ),
 ];
 
