@@ -5,10 +5,8 @@
 #     --skip-build   reuse the binary already staged in .tiltbuild/bin/manager
 #     --binary-only  build and stage the binary, do not build the image (Tilt builds it)
 #     --from-source  build inside Docker instead (`--target release`; needs the Rust image and crates.io)
-# Static linking: x86_64-unknown-linux-musl when that Rust target is installed (musl-gcc from
-# musl-tools if present, else the host gcc, compiles ring's C code); otherwise the glibc target
-# with `-C target-feature=+crt-static` (a static-pie; fine here: no NSS or dlopen is used).
-# CAPD_RS_RUST_TARGET=<triple> forces one.
+# Static linking: static_release_build in hack/lib.sh (musl when installed, else glibc with
+# crt-static; CAPD_RS_RUST_TARGET=<triple> forces one).
 source "$(dirname "$0")/lib.sh"
 
 IMAGE=capd-rs/manager:dev
@@ -20,7 +18,7 @@ for arg in "$@"; do
     --skip-build) SKIP_BUILD=true ;;
     --from-source) FROM_SOURCE=true ;;
     --binary-only) BINARY_ONLY=true ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     -*) die "unknown flag $arg" ;;
     *) IMAGE=$arg ;;
   esac
@@ -40,19 +38,6 @@ fi
 
 STAGED="$REPO_ROOT/.tiltbuild/bin/manager"
 
-# pick_target: prints the Rust target triple used for the static binary.
-pick_target() {
-  if [[ -n "${CAPD_RS_RUST_TARGET:-}" ]]; then echo "$CAPD_RS_RUST_TARGET"; return; fi
-  local arch; arch=$(uname -m)
-  local installed
-  installed=$(rustup target list --installed 2>/dev/null || true)
-  if grep -qx "$arch-unknown-linux-musl" <<<"$installed"; then
-    echo "$arch-unknown-linux-musl"
-  else
-    echo "$arch-unknown-linux-gnu"
-  fi
-}
-
 # is_static <file>: true when the ELF file has no program interpreter (no dynamic loader).
 is_static() {
   local out
@@ -67,25 +52,7 @@ is_static() {
 
 if ! $SKIP_BUILD; then
   command -v cargo >/dev/null || die "cargo not found"
-  TRIPLE=$(pick_target)
-  TRIPLE_ENV=$(echo "$TRIPLE" | tr 'a-z-' 'A-Z_')
-  case "$TRIPLE" in
-    *-linux-musl)
-      # ring compiles C for the target: prefer musl-gcc, fall back to the host's gcc.
-      cc_var="CC_$(echo "$TRIPLE" | tr - _)"
-      if [[ -z "${!cc_var:-}" ]]; then
-        if command -v musl-gcc >/dev/null; then export "$cc_var=musl-gcc"; else export "$cc_var=gcc"; fi
-      fi
-      ;;
-    *-linux-gnu)
-      # Scoped to the target, so build scripts and proc-macros stay dynamically linked.
-      rf_var="CARGO_TARGET_${TRIPLE_ENV}_RUSTFLAGS"
-      export "$rf_var=${!rf_var:-} -C target-feature=+crt-static"
-      ;;
-  esac
-  log "building the manager binary (cargo build --release --target $TRIPLE --bin manager)"
-  (cd "$REPO_ROOT" && cargo build --release --target "$TRIPLE" --bin manager)
-  BIN="$TARGET_DIR/$TRIPLE/release/manager"
+  BIN="$(static_release_build manager)/manager"
   [[ -x "$BIN" ]] || die "cargo did not produce $BIN"
   is_static "$BIN" || die "$BIN is dynamically linked; it cannot run in a FROM scratch image"
   mkdir -p "$(dirname "$STAGED")"

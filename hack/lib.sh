@@ -234,3 +234,41 @@ current-context: manager
 EOF
   ) || return 1
 }
+
+# static_release_build <bin>...: `cargo build --release` of these binaries of the workspace,
+# statically linked for the images (FROM scratch for the manager; podnet's too): the target is
+# x86_64-unknown-linux-musl when that Rust target is installed (musl-gcc from musl-tools if
+# present, else the host gcc, compiles ring's C code), otherwise the glibc target with
+# `-C target-feature=+crt-static` (a static-pie; fine here: no NSS or dlopen is used).
+# CAPD_RS_RUST_TARGET=<triple> forces one. Every image binary goes through here, so they share
+# one set of compiled release dependencies (a cold cache compiles them once, not once per binary).
+# Prints the folder the binaries are in.
+static_release_build() {
+  local triple installed bin args=()
+  if [[ -n ${CAPD_RS_RUST_TARGET:-} ]]; then
+    triple=$CAPD_RS_RUST_TARGET
+  else
+    installed=$(rustup target list --installed 2>/dev/null || true)
+    triple=$(uname -m)-unknown-linux-gnu
+    grep -qx "$(uname -m)-unknown-linux-musl" <<<"$installed" && triple=$(uname -m)-unknown-linux-musl
+  fi
+  case $triple in
+    *-linux-musl)
+      local cc_var="CC_${triple//-/_}"
+      if [[ -z ${!cc_var:-} ]]; then
+        if command -v musl-gcc >/dev/null; then export "$cc_var=musl-gcc"; else export "$cc_var=gcc"; fi
+      fi
+      ;;
+    *-linux-gnu)
+      # Scoped to the target, so build scripts and proc-macros stay dynamically linked.
+      local rf_var
+      rf_var="CARGO_TARGET_$(tr 'a-z-' 'A-Z_' <<<"$triple")_RUSTFLAGS"
+      export "$rf_var=${!rf_var:-} -C target-feature=+crt-static"
+      ;;
+  esac
+  for bin in "$@"; do args+=(--bin "$bin"); done
+  log "building ${*} (cargo build --release --target $triple)"
+  (cd "$REPO_ROOT" && cargo build --quiet --release --locked --target "$triple" "${args[@]}") >&2 ||
+    die "cargo build --release of ${*} failed"
+  echo "$TARGET_DIR/$triple/release"
+}
