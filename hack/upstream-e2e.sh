@@ -17,6 +17,12 @@
 #                             cluster, clusterctl move onto it and back)
 #   quick-start-ignition, quick-start-no-workers, kcp-remediation, md-remediation, kcp-adoption,
 #   node-drain, cluster-deletion   upstream's specs of those names, with upstream's inputs
+#   quick-start-ipv6          QuickStartSpec, flavor ipv6 (IPv6-only workload cluster)
+#   quick-start-dualstack-ipv4-primary, quick-start-dualstack-ipv6-primary   QuickStartSpec, flavors
+#                             topology-dualstack-*, then upstream's kubetest [Feature:IPv6DualStack]
+#                             run, whose conformance image cannot be pulled here: they fail there
+#   A filter naming ipv6 or dualstack, or 'all', makes a new kind cluster dual-stack (KIND_IPV6=1,
+#   hack/kind.sh); KIND_IPV6=0 or 1 set by hand wins.
 # Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
 # workload containers join it too), CAPD_IMAGE (default docker.io/capd-rs/manager:e2e, rebuilt from
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
