@@ -6,6 +6,11 @@
 # lives on the `kind` network, where capd-rs puts workload containers by default (--docker-network),
 # so the management cluster reaches their load balancers. `up` creates that network with a label
 # when it is missing, and `down` removes it only if it carries that label and nothing uses it.
+# KIND_IPV6=1 makes a new cluster dual-stack, as kind's own `kind` network and upstream's IPv6 CI
+# are: the network gets an IPv6 subnet too (a ULA /64 derived from its name, like kind's; Docker
+# 20.10 needs one named) and the cluster `ipFamily: dual`, so that the management cluster's pods
+# reach an IPv6 workload cluster's load balancer. Opt-in: IPv4-only stays what the other specs
+# were measured on.
 #   hack/kind.sh up       create the cluster (kept if it exists); kubeconfig: $KIND_DIR/kubeconfig
 #   hack/kind.sh down     delete the cluster and its network
 #   hack/kind.sh status
@@ -19,6 +24,7 @@ NODE_IMAGE=${NODE_IMAGE:-kindest/node:v$K8S_VERSION}
 # The network of kind's nodes (kind's default name; the tests use one of their own).
 export KIND_EXPERIMENTAL_DOCKER_NETWORK=${KIND_EXPERIMENTAL_DOCKER_NETWORK:-kind}
 NETWORK_LABEL="capd-rs.kind/network=$KIND_EXPERIMENTAL_DOCKER_NETWORK"
+KIND_IPV6=${KIND_IPV6:-0}
 
 # grep without -q: -q exits at the first match, and kind, still writing the next name, dies of
 # SIGPIPE, which pipefail turns into "no such cluster" when others are listed after ours.
@@ -30,6 +36,7 @@ kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 networking:
   apiServerAddress: 127.0.0.1
+$([[ $KIND_IPV6 == 1 ]] && echo "  ipFamily: dual")
 nodes:
 - role: control-plane
   extraMounts:
@@ -42,6 +49,23 @@ kubeadmConfigPatches:
 EOF
 }
 
+# ula_subnet <name>: fc00:HHHH:HHHH:HHHH::/64 from the name's SHA-1 (outside the host's fd00::/64).
+ula_subnet() {
+  local h
+  h=$(printf %s "$1" | sha1sum | cut -c1-12)
+  echo "fc00:${h:0:4}:${h:4:4}:${h:8:4}::/64"
+}
+
+create_network() {
+  local net=$KIND_EXPERIMENTAL_DOCKER_NETWORK v6=()
+  [[ $KIND_IPV6 == 1 ]] && v6=(--ipv6 --subnet "$(ula_subnet "$net")")
+  if ! docker network inspect "$net" >/dev/null 2>&1; then
+    docker network create --label "$NETWORK_LABEL" "${v6[@]}" "$net" >/dev/null
+  elif [[ $KIND_IPV6 == 1 && $(docker network inspect -f '{{.EnableIPv6}}' "$net") != true ]]; then
+    die "network $net exists without IPv6 (KIND_IPV6=1): hack/kind.sh down first"
+  fi
+}
+
 up() {
   "$HACK_DIR/build-binaries.sh" kind
   docker image inspect "$NODE_IMAGE" >/dev/null 2>&1 || die "no image $NODE_IMAGE: run hack/node-image.sh"
@@ -49,8 +73,7 @@ up() {
   if exists; then
     log "kind cluster $KIND_CLUSTER exists"
   else
-    docker network inspect "$KIND_EXPERIMENTAL_DOCKER_NETWORK" >/dev/null 2>&1 ||
-      docker network create --label "$NETWORK_LABEL" "$KIND_EXPERIMENTAL_DOCKER_NETWORK" >/dev/null
+    create_network
     config > "$KIND_DIR/config.yaml"
     local start=$SECONDS
     "$KIND" create cluster --name "$KIND_CLUSTER" --image "$NODE_IMAGE" --config "$KIND_DIR/config.yaml" \

@@ -20,6 +20,12 @@
 #                             ClusterUpgradeConformanceSpec without conformance, upstream's three
 #   quick-start-ignition, quick-start-no-workers, kcp-remediation, md-remediation, kcp-adoption,
 #   node-drain, cluster-deletion   upstream's specs of those names, with upstream's inputs
+#   quick-start-ipv6          QuickStartSpec, flavor ipv6 (IPv6-only workload cluster)
+#   quick-start-dualstack-ipv4-primary, quick-start-dualstack-ipv6-primary   QuickStartSpec, flavors
+#                             topology-dualstack-*, then upstream's kubetest [Feature:IPv6DualStack]
+#                             run, whose conformance image cannot be pulled here: they fail there
+#   A filter naming ipv6 or dualstack, or 'all', makes a new kind cluster dual-stack (KIND_IPV6=1,
+#   hack/kind.sh); KIND_IPV6=0 or 1 set by hand wins.
 # Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
 # workload containers join it too), CAPD_IMAGE (default docker.io/capd-rs/manager:e2e, rebuilt from
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
@@ -48,9 +54,17 @@ build() {
   local t0=$SECONDS
   (cd "$SUITE_DIR" && go test -c -tags e2e -o "$bin.tmp" .) >&2
   mv "$bin.tmp" "$bin"
-  find "$SUITE_BIN_DIR" -name 'upstream-e2e-*.test' ! -path "$bin" -delete
+  # Others a day old only: a suite another worktree compiled may be running right now.
+  find "$SUITE_BIN_DIR" -name 'upstream-e2e-*.test' ! -path "$bin" -mmin +1440 -delete
   log "compiled $bin in $((SECONDS - t0))s" >&2
   echo "$bin"
+}
+
+# upstream_e2e_dir: test/e2e of the test module of CAPI v$CAPI_VERSION in the Go module cache.
+upstream_e2e_dir() {
+  local dir
+  dir=$(cd /tmp && go mod download -json "sigs.k8s.io/cluster-api/test@v$CAPI_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  echo "$dir/e2e"
 }
 
 # upstream_flavors <dir>: upstream's own flavors, as upstream's Makefile renders them: every
@@ -61,8 +75,7 @@ build() {
 # "Substitutions").
 upstream_flavors() {
   local out=$1 data f name
-  data=$(cd /tmp && go mod download -json "sigs.k8s.io/cluster-api/test@v$CAPI_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  data="$data/e2e/data/infrastructure-docker/main"
+  data="$(upstream_e2e_dir)/data/infrastructure-docker/main"
   [[ -d $data ]] || die "no $data (go mod download sigs.k8s.io/cluster-api/test@v$CAPI_VERSION)"
   mkdir -p "$out"
   kz() { "$KUBECTL" kustomize --load-restrictor LoadRestrictionsNone "$1"; }
@@ -112,6 +125,11 @@ summary() {
 run() {
   local filter=${1:-quick-start} bin t0=$SECONDS
   [[ $filter == all ]] && filter=''
+  # The IPv6 and dual-stack specs need a dual-stack kind cluster and network (hack/kind.sh
+  # KIND_IPV6); the others keep IPv4-only unless KIND_IPV6=1 is given.
+  if [[ -z ${KIND_IPV6:-} && ( -z $filter || $filter == *ipv6* || $filter == *dualstack* ) ]]; then
+    export KIND_IPV6=1
+  fi
   bin=$(build)
   # The upgrade specs start from a second node image (config.yaml's KUBERNETES_VERSION_UPGRADE_FROM):
   # built only when the filter may select one, as its cold build takes 15-20 minutes.
@@ -140,6 +158,7 @@ run() {
     cd "$SUITE_DIR"
     CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version CAPD_E2E_IMAGE=$CAPD_IMAGE \
     CAPD_E2E_FLAVORS="$artifacts/flavors" \
+    CAPD_E2E_KUBETEST_CONFIG="$(upstream_e2e_dir)/data/kubetest" \
     CAPD_E2E_CERT_MANAGER_URL="$repo/cert-manager/v$CERT_MANAGER_VERSION/cert-manager.yaml" \
     CAPD_E2E_CERT_MANAGER_VERSION="v$CERT_MANAGER_VERSION" \
       "$bin" -test.v -test.timeout 4h -ginkgo.v -ginkgo.label-filter "$filter" \

@@ -453,3 +453,41 @@ var _ = Describe("When testing KCP and MachineDeployment rolling upgrades and in
 		}
 	})
 })
+
+// IPv6: upstream's three [IPv6] quick-starts, on a dual-stack kind cluster and network
+// (hack/upstream-e2e.sh turns on hack/kind.sh's KIND_IPV6 for these labels). The dual-stack ones
+// run, once the machines are up, upstream's kubetest dual-stack conformance subset with upstream's
+// config file (test/e2e/data/kubetest/dualstack.yaml of the test module, whose folder
+// hack/upstream-e2e.sh passes as CAPD_E2E_KUBETEST_CONFIG; kubetestDualStack, dualstack_test.go).
+
+var _ = Describe("When following the Cluster API quick-start with IPv6", Label("quick-start-ipv6"), func() {
+	e2e.QuickStartSpec(ctx, func() e2e.QuickStartSpecInput {
+		return e2e.QuickStartSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor: ptr.To("ipv6"),
+		}
+	})
+})
+
+var _ = Describe("When following the Cluster API quick-start with dualstack and ipv4 primary", Label("quick-start-dualstack-ipv4-primary"), func() {
+	e2e.QuickStartSpec(ctx, func() e2e.QuickStartSpecInput {
+		return e2e.QuickStartSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                  ptr.To("topology-dualstack-ipv4-primary"),
+			PostMachinesProvisioned: kubetestDualStack,
+		}
+	})
+})
+
+var _ = Describe("When following the Cluster API quick-start with dualstack and ipv6 primary", Label("quick-start-dualstack-ipv6-primary"), func() {
+	e2e.QuickStartSpec(ctx, func() e2e.QuickStartSpecInput {
+		return e2e.QuickStartSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                  ptr.To("topology-dualstack-ipv6-primary"),
+			PostMachinesProvisioned: kubetestDualStack,
+		}
+	})
+})
