@@ -81,6 +81,21 @@ upstream_flavors() {
   log "rendered $(find "$out" -name 'cluster*.yaml' | wc -l) upstream flavors and ClusterClasses into $out"
 }
 
+# upstream_test_extension <dir>: upstream's test runtime extension as upstream's e2e config
+# installs it (provider test-extension, type RuntimeExtensionProvider): test/extension/config/default
+# of the test module rendered with kustomize into <dir>/components.yaml, unchanged (its image,
+# gcr.io/k8s-staging-cluster-api/test-extension:main, is the one hack/kind-providers.sh builds and
+# loads), and the metadata.yaml upstream gives it (e2e/data/shared/main).
+upstream_test_extension() {
+  local out=$1 mod
+  mod=$(cd /tmp && go mod download -json "sigs.k8s.io/cluster-api/test@v$CAPI_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -d $mod/extension/config/default ]] || die "no $mod/extension/config/default (go mod download sigs.k8s.io/cluster-api/test@v$CAPI_VERSION)"
+  mkdir -p "$out"
+  "$KUBECTL" kustomize "$mod/extension/config/default" > "$out/components.yaml"
+  cp "$mod/e2e/data/shared/main/metadata.yaml" "$out/metadata.yaml"
+  log "rendered upstream's test extension into $out"
+}
+
 # down: the kind cluster, then workload containers a failed or interrupted spec left on the
 # network (only on a network of hack/kind.sh's own, never the shared `kind` one), then the network.
 down() {
@@ -121,6 +136,7 @@ run() {
   local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
   mkdir -p "$artifacts"
   upstream_flavors "$artifacts/flavors"
+  upstream_test_extension "$artifacts/test-extension"
   if [[ -z ${ARTIFACTS:-} ]]; then  # our own runs' folders only: keep the last 5
     find "$CACHE_DIR/upstream-e2e" -mindepth 1 -maxdepth 1 -type d -name '2*' | sort | head -n -5 | xargs -r rm -rf
   fi
@@ -131,6 +147,7 @@ run() {
     cd "$SUITE_DIR"
     CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version CAPD_E2E_IMAGE=$CAPD_IMAGE \
     CAPD_E2E_FLAVORS="$artifacts/flavors" \
+    CAPD_E2E_TEST_EXTENSION="$artifacts/test-extension" \
     CAPD_E2E_CERT_MANAGER_URL="$repo/cert-manager/v$CERT_MANAGER_VERSION/cert-manager.yaml" \
     CAPD_E2E_CERT_MANAGER_VERSION="v$CERT_MANAGER_VERSION" \
       "$bin" -test.v -test.timeout 4h -ginkgo.v -ginkgo.label-filter "$filter" \
