@@ -45,7 +45,9 @@ build() {
   local t0=$SECONDS
   (cd "$SUITE_DIR" && go test -c -tags e2e -o "$bin.tmp" .) >&2
   mv "$bin.tmp" "$bin"
-  find "$SUITE_BIN_DIR" -name 'upstream-e2e-*.test' ! -path "$bin" -delete
+  # Keep the 3 newest: worktrees that run the suite side by side each have their own binary here,
+  # and deleting all others removed one that another run was about to execute.
+  find "$SUITE_BIN_DIR" -maxdepth 1 -name 'upstream-e2e-*.test' -printf '%T@ %p\n' | sort -rn | tail -n +4 | cut -d' ' -f2- | xargs -r rm -f
   log "compiled $bin in $((SECONDS - t0))s" >&2
   echo "$bin"
 }
@@ -124,7 +126,13 @@ summary() {
 run() {
   local filter=${1:-quick-start} bin t0=$SECONDS
   [[ $filter == all ]] && filter=''
+  local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
+  mkdir -p "$artifacts"
   bin=$(build)
+  # The run's own link to the suite binary, made at once: the cached file may be pruned by another
+  # worktree's build meanwhile (see build); removed after the run so old artifacts keep no binary.
+  ln -f "$bin" "$artifacts/suite.test" 2>/dev/null || cp "$bin" "$artifacts/suite.test"
+  bin=$artifacts/suite.test
   "$HACK_DIR/kind-providers.sh" build
   "$HACK_DIR/kind.sh" up
   if [[ ${KEEP_CLUSTER:-0} != 1 ]]; then trap down EXIT; fi
@@ -133,8 +141,6 @@ run() {
   cfg=$("$HACK_DIR/kind-providers.sh" repo)
   repo=$(dirname "$cfg")
   version=$CAPD_VERSION
-  local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
-  mkdir -p "$artifacts"
   upstream_flavors "$artifacts/flavors"
   upstream_test_extension "$artifacts/test-extension"
   if [[ -z ${ARTIFACTS:-} ]]; then  # our own runs' folders only: keep the last 5
@@ -155,6 +161,7 @@ run() {
         -e2e.config "$SUITE_DIR/config.yaml" -e2e.kubeconfig "$KIND_DIR/kubeconfig" \
         -e2e.artifacts-folder "$artifacts" "${extra[@]}"
   ) 2>&1 | tee "$artifacts/run.log" || rc=$?
+  rm -f "$bin"
   log "summary (${filter:-all}; $(( (SECONDS - t0) / 60 )) min in all; artifacts $artifacts):"
   summary "$artifacts"
   return "$rc"
