@@ -17,6 +17,10 @@
 #                             cluster, clusterctl move onto it and back)
 #   quick-start-ignition, quick-start-no-workers, kcp-remediation, md-remediation, kcp-adoption,
 #   node-drain, cluster-deletion   upstream's specs of those names, with upstream's inputs
+#   quick-start-v1beta1-clusterclass  QuickStartSpec, flavor topology-runtimesdk-v1beta1: the
+#                             ClusterClass's patches come from upstream's test runtime extension
+#                             (built by hack/kind-providers.sh build, installed by the suite's
+#                             clusterctl init in every run)
 # Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
 # workload containers join it too), CAPD_IMAGE (default docker.io/capd-rs/manager:e2e, rebuilt from
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
