@@ -3,7 +3,8 @@
 # `capi`, the Cluster API v$CAPI_VERSION managers and clusterctl, with `capd-upstream` upstream
 # CAPD's manager (the benchmark peer), all from the Go module proxy
 # through throwaway wrapper modules. Binaries are cached in $BIN_DIR keyed by version.
-#   hack/build-binaries.sh [kube|kcm|node|etcd|coredns|crictl|capi|kind|cert-manager|all]   (default: kube etcd)
+#   hack/build-binaries.sh [kube|kcm|node|etcd|coredns|crictl|capi|kind|cert-manager|test-extension|all]
+#   (default: kube etcd; test-extension = upstream's test runtime extension, for hack/upstream-e2e.sh)
 # (kcm = kube-controller-manager; node = every Kubernetes binary a kind-style node image needs;
 #  all three use one wrapper module)
 source "$(dirname "$0")/lib.sh"
@@ -211,6 +212,23 @@ build_capd_upstream() {
   log "built $out/manager"
 }
 
+# Upstream's test runtime extension (package main sigs.k8s.io/cluster-api/test/extension of the
+# test module), the RuntimeExtensionProvider `test-extension` of upstream's e2e config, for the
+# specs of hack/upstream-e2e.sh that call its hooks and patches. Built inside the suite's own
+# module (hack/upstream-e2e), which already pins the test module and its siblings at
+# v$CAPI_VERSION: the same dependency graph as the suite, so the Go build cache is shared. Static,
+# as upstream's Dockerfile builds it (CGO_ENABLED=0).
+build_test_extension() {
+  local out="$BIN_DIR/test-extension-v$CAPI_VERSION"
+  if [[ -x "$out/manager" ]]; then log "test extension v$CAPI_VERSION cached"; return; fi
+  log "building upstream's test extension v$CAPI_VERSION (sigs.k8s.io/cluster-api/test/extension; cold: ~10 min, ~35 s after the suite)"
+  mkdir -p "$out"
+  local t0=$SECONDS
+  (cd "$HACK_DIR/upstream-e2e" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/manager.tmp" sigs.k8s.io/cluster-api/test/extension)
+  mv "$out/manager.tmp" "$out/manager"
+  log "built $out/manager in $((SECONDS - t0))s"
+}
+
 # The kind CLI (sigs.k8s.io/kind, a plain main module: no wrapper needed). Only the CLI: kind's
 # own node image build uses Debian trixie (systemd 257 refuses cgroup v1); hack/kind.sh gives it
 # ours.
@@ -288,6 +306,7 @@ for t in "${targets[@]}"; do
     all) build_etcd; build_kube; build_kcm; build_capi ;;
     capi-module-dir) capi_module_dir ;;
     capd-upstream) build_capd_upstream ;;
+    test-extension) build_test_extension ;;
     capd-upstream-crd-dir) capd_upstream_crd_dir ;;
     *) die "unknown target $t" ;;
   esac

@@ -18,6 +18,8 @@
 #   registry.k8s.io/cluster-api/{cluster-api,kubeadm-bootstrap,kubeadm-control-plane}-controller:v$CAPI_VERSION
 #   quay.io/jetstack/cert-manager-{controller,cainjector,webhook}:v$CERT_MANAGER_VERSION
 #   $CAPD_IMAGE (default docker.io/capd-rs/manager:kind; hack/build-image.sh, FROM scratch)
+#   gcr.io/k8s-staging-cluster-api/test-extension:main   upstream's test runtime extension (the
+#     image its test/extension/config/default names; hack/upstream-e2e.sh installs it)
 # Each is FROM scratch: the static binary, the host's CA bundle, a non-root user (the capd-rs
 # manager runs as root for the Docker socket, as its Deployment says). cert-manager is v1.11.5, not
 # clusterctl's default v1.21.1 (see build_cert_manager in hack/build-binaries.sh); clusterctl.yaml's
@@ -41,6 +43,9 @@ REPO_DIR="$KIND_DIR/clusterctl-repo"
 export CAPD_DOCKER_NETWORK=${CAPD_DOCKER_NETWORK:-${KIND_EXPERIMENTAL_DOCKER_NETWORK:-kind}}
 # Label of the images built here; its value is the hash of what made the image.
 IMAGE_LABEL="capd-rs.kind/image=<recipe hash>"
+# Upstream's test runtime extension: the exact image its kustomization (test/extension/config/default,
+# manager_image_patch.yaml) references, so the rendered manifest is used as it is.
+TEST_EXTENSION_IMAGE=gcr.io/k8s-staging-cluster-api/test-extension:main
 
 # scratch_image <image> <binary> <uid>: FROM scratch with the binary at /manager. Rebuilt only
 # when the binary, the CA bundle or this recipe changed (a hash of them is the image's label).
@@ -82,10 +87,11 @@ provider_images() {
   echo "quay.io/jetstack/cert-manager-controller:v$CERT_MANAGER_VERSION $CM_BIN_DIR/controller 1000"
   echo "quay.io/jetstack/cert-manager-cainjector:v$CERT_MANAGER_VERSION $CM_BIN_DIR/cainjector 1000"
   echo "quay.io/jetstack/cert-manager-webhook:v$CERT_MANAGER_VERSION $CM_BIN_DIR/webhook 1000"
+  echo "$TEST_EXTENSION_IMAGE $BIN_DIR/test-extension-v$CAPI_VERSION/manager 65532"
 }
 
 build() {
-  "$HACK_DIR/build-binaries.sh" capi cert-manager kind
+  "$HACK_DIR/build-binaries.sh" capi cert-manager kind test-extension
   local image bin uid
   while read -r image bin uid; do scratch_image "$image" "$bin" "$uid"; done < <(provider_images)
   if [[ ${CAPD_IMAGE_REBUILD:-true} == true ]] || ! docker image inspect "$CAPD_IMAGE" >/dev/null 2>&1; then

@@ -26,6 +26,10 @@
 #                             run, whose conformance image cannot be pulled here: they fail there
 #   A filter naming ipv6 or dualstack, or 'all', makes a new kind cluster dual-stack (KIND_IPV6=1,
 #   hack/kind.sh); KIND_IPV6=0 or 1 set by hand wins.
+#   quick-start-v1beta1-clusterclass  QuickStartSpec, flavor topology-runtimesdk-v1beta1: the
+#                             ClusterClass's patches come from upstream's test runtime extension
+#                             (built by hack/kind-providers.sh build, installed by the suite's
+#                             clusterctl init in every run)
 # Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
 # workload containers join it too), CAPD_IMAGE (default docker.io/capd-rs/manager:e2e, rebuilt from
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
@@ -54,8 +58,9 @@ build() {
   local t0=$SECONDS
   (cd "$SUITE_DIR" && go test -c -tags e2e -o "$bin.tmp" .) >&2
   mv "$bin.tmp" "$bin"
-  # Others a day old only: a suite another worktree compiled may be running right now.
-  find "$SUITE_BIN_DIR" -name 'upstream-e2e-*.test' ! -path "$bin" -mmin +1440 -delete
+  # Keep the 3 newest: worktrees that run the suite side by side each have their own binary here,
+  # and deleting all others removed one that another run was about to execute.
+  find "$SUITE_BIN_DIR" -maxdepth 1 -name 'upstream-e2e-*.test' -printf '%T@ %p\n' | sort -rn | tail -n +4 | cut -d' ' -f2- | xargs -r rm -f
   log "compiled $bin in $((SECONDS - t0))s" >&2
   echo "$bin"
 }
@@ -97,6 +102,21 @@ upstream_flavors() {
   log "rendered $(find "$out" -name 'cluster*.yaml' | wc -l) upstream flavors and ClusterClasses into $out"
 }
 
+# upstream_test_extension <dir>: upstream's test runtime extension as upstream's e2e config
+# installs it (provider test-extension, type RuntimeExtensionProvider): test/extension/config/default
+# of the test module rendered with kustomize into <dir>/components.yaml, unchanged (its image,
+# gcr.io/k8s-staging-cluster-api/test-extension:main, is the one hack/kind-providers.sh builds and
+# loads), and the metadata.yaml upstream gives it (e2e/data/shared/main).
+upstream_test_extension() {
+  local out=$1 mod
+  mod=$(cd /tmp && go mod download -json "sigs.k8s.io/cluster-api/test@v$CAPI_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [[ -d $mod/extension/config/default ]] || die "no $mod/extension/config/default (go mod download sigs.k8s.io/cluster-api/test@v$CAPI_VERSION)"
+  mkdir -p "$out"
+  "$KUBECTL" kustomize "$mod/extension/config/default" > "$out/components.yaml"
+  cp "$mod/e2e/data/shared/main/metadata.yaml" "$out/metadata.yaml"
+  log "rendered upstream's test extension into $out"
+}
+
 # down: the kind cluster, then workload containers a failed or interrupted spec left on the
 # network (only on a network of hack/kind.sh's own, never the shared `kind` one), then the network.
 down() {
@@ -130,7 +150,13 @@ run() {
   if [[ -z ${KIND_IPV6:-} && ( -z $filter || $filter == *ipv6* || $filter == *dualstack* ) ]]; then
     export KIND_IPV6=1
   fi
+  local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
+  mkdir -p "$artifacts"
   bin=$(build)
+  # The run's own link to the suite binary, made at once: the cached file may be pruned by another
+  # worktree's build meanwhile (see build); removed after the run so old artifacts keep no binary.
+  ln -f "$bin" "$artifacts/suite.test" 2>/dev/null || cp "$bin" "$artifacts/suite.test"
+  bin=$artifacts/suite.test
   # The upgrade specs start from a second node image (config.yaml's KUBERNETES_VERSION_UPGRADE_FROM):
   # built only when the filter may select one, as its cold build takes 15-20 minutes.
   if [[ -z $filter || $filter =~ upgrade|self-hosted|kubeadm-join|infra-adoption ]]; then
@@ -145,9 +171,8 @@ run() {
   cfg=$("$HACK_DIR/kind-providers.sh" repo)
   repo=$(dirname "$cfg")
   version=$CAPD_VERSION
-  local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
-  mkdir -p "$artifacts"
   upstream_flavors "$artifacts/flavors"
+  upstream_test_extension "$artifacts/test-extension"
   if [[ -z ${ARTIFACTS:-} ]]; then  # our own runs' folders only: keep the last 5
     find "$CACHE_DIR/upstream-e2e" -mindepth 1 -maxdepth 1 -type d -name '2*' | sort | head -n -5 | xargs -r rm -rf
   fi
@@ -159,6 +184,7 @@ run() {
     CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version CAPD_E2E_IMAGE=$CAPD_IMAGE \
     CAPD_E2E_FLAVORS="$artifacts/flavors" \
     CAPD_E2E_KUBETEST_CONFIG="$(upstream_e2e_dir)/data/kubetest" \
+    CAPD_E2E_TEST_EXTENSION="$artifacts/test-extension" \
     CAPD_E2E_CERT_MANAGER_URL="$repo/cert-manager/v$CERT_MANAGER_VERSION/cert-manager.yaml" \
     CAPD_E2E_CERT_MANAGER_VERSION="v$CERT_MANAGER_VERSION" \
       "$bin" -test.v -test.timeout 4h -ginkgo.v -ginkgo.label-filter "$filter" \
@@ -166,6 +192,7 @@ run() {
         -e2e.config "$SUITE_DIR/config.yaml" -e2e.kubeconfig "$KIND_DIR/kubeconfig" \
         -e2e.artifacts-folder "$artifacts" "${extra[@]}"
   ) 2>&1 | tee "$artifacts/run.log" || rc=$?
+  rm -f "$bin"
   log "summary (${filter:-all}; $(( (SECONDS - t0) / 60 )) min in all; artifacts $artifacts):"
   summary "$artifacts"
   return "$rc"

@@ -491,3 +491,29 @@ var _ = Describe("When following the Cluster API quick-start with dualstack and 
 		}
 	})
 })
+
+// The quick-start on a ClusterClass whose patches and lifecycle hooks are served by upstream's test
+// runtime extension (the suite installs it: config.yaml's test-extension) through the v1beta1 API of
+// the Runtime SDK; the spec creates the ExtensionConfig pointing at the extension's Service, limited
+// to its own namespace. As upstream passes it: only the resourceVersion stability check afterwards.
+var _ = Describe("When following the Cluster API quick-start with v1beta1 ClusterClass", Label("quick-start-v1beta1-clusterclass"), func() {
+	e2e.QuickStartSpec(ctx, func() e2e.QuickStartSpecInput {
+		return e2e.QuickStartSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                    ptr.To("topology-runtimesdk-v1beta1"),
+			ExtensionServiceNamespace: "test-extension-system",
+			ExtensionServiceName:      "test-extension-webhook-service",
+			PostMachinesProvisioned: func(proxy framework.ClusterProxy, namespace, clusterName string) {
+				By("Checking that resourceVersions are stable")
+				framework.ValidateResourceVersionStable(ctx, framework.ValidateResourceVersionStableInput{
+					ClusterProxy:             proxy,
+					Namespace:                namespace,
+					OwnerGraphFilterFunction: clusterctlcluster.FilterClusterObjectsWithNameFilter(clusterName),
+					WaitToBecomeStable:       e2eConfig.GetIntervals("quick-start", "wait-resource-versions-become-stable"),
+					WaitToRemainStable:       e2eConfig.GetIntervals("quick-start", "wait-resource-versions-remain-stable"),
+				})
+			},
+		}
+	})
+})

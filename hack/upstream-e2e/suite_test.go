@@ -92,11 +92,14 @@ var _ = BeforeSuite(func() {
 
 	By("Running clusterctl init through the framework")
 	clusterctl.InitManagementClusterAndWatchControllerLogs(watchesCtx, clusterctl.InitManagementClusterAndWatchControllerLogsInput{
-		ClusterProxy:             bootstrapClusterProxy,
-		ClusterctlConfigPath:     clusterctlConfigPath,
-		InfrastructureProviders:  e2eConfig.InfrastructureProviders(),
-		LogFolder:                filepath.Join(artifactFolder, "clusters", bootstrapClusterProxy.GetName()),
-		DisableMetricsCollection: true,
+		ClusterProxy:            bootstrapClusterProxy,
+		ClusterctlConfigPath:    clusterctlConfigPath,
+		InfrastructureProviders: e2eConfig.InfrastructureProviders(),
+		// Upstream's test runtime extension (config.yaml's test-extension), as upstream's suite
+		// installs it; the specs that use it create their own ExtensionConfig.
+		RuntimeExtensionProviders: e2eConfig.RuntimeExtensionProviders(),
+		LogFolder:                 filepath.Join(artifactFolder, "clusters", bootstrapClusterProxy.GetName()),
+		DisableMetricsCollection:  true,
 	}, e2eConfig.GetIntervals(bootstrapClusterProxy.GetName(), "wait-controllers")...)
 })
 

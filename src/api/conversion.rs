@@ -727,6 +727,26 @@ mod tests {
         );
     }
 
+    /// What the API server sent while server-side applying upstream's runtimesdk-v1beta1
+    /// DevCluster (its pruning turns a domain written as `{}` into `null`): the domain is kept,
+    /// empty, as Go's decoder reads it, instead of failing the conversion and so every apply.
+    #[test]
+    fn a_null_v1beta1_failure_domain_is_an_empty_one() {
+        let new = convert(
+            json!({"apiVersion": V1BETA1, "kind": "DevCluster", "metadata": meta(),
+                   "spec": {"backend": {"docker": {"failureDomains": {
+                       "fd1": {"controlPlane": true}, "fd4": null}}}},
+                   "status": {"failureDomains": {"fd4": null}}}),
+            V1BETA2,
+        )
+        .unwrap();
+        assert_eq!(
+            new["spec"]["backend"]["docker"]["failureDomains"],
+            json!([{"name": "fd1", "controlPlane": true}, {"name": "fd4"}])
+        );
+        assert_eq!(new["status"]["failureDomains"], json!([{"name": "fd4"}]));
+    }
+
     #[test]
     fn go_client_zero_values_read_as_unset() {
         let new = convert(

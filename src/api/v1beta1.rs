@@ -42,7 +42,11 @@ pub struct DockerClusterSpec {
     #[schemars(extend("default" = {"port": 6443}))]
     pub control_plane_endpoint: Option<ApiEndpoint>,
     /// Failure domains machines may be placed in, by name; copied to status.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "null_domains_are_empty"
+    )]
     #[schemars(schema_with = "failure_domain_map")]
     pub failure_domains: Option<BTreeMap<String, FailureDomainSpec>>,
     /// The load-balancer container.
@@ -77,6 +81,21 @@ fn failure_domain_map(generator: &mut schemars::SchemaGenerator) -> schemars::Sc
             "message": super::common::FAILURE_DOMAIN_KEYS_MESSAGE,
         }],
     })
+}
+
+/// A failure domain whose value is `null` is an empty one, as Go's decoder reads it. The API
+/// server sends such entries: server-side apply's field pruning turns a domain written as `{}`
+/// (Go drops `controlPlane: false`) into `null` before converting the object, and refusing it
+/// failed every apply of such a DevCluster (upstream's runtimesdk-v1beta1 ClusterClass).
+fn null_domains_are_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, FailureDomainSpec>>, D::Error> {
+    let map: Option<BTreeMap<String, Option<FailureDomainSpec>>> = Deserialize::deserialize(d)?;
+    Ok(map.map(|m| {
+        m.into_iter()
+            .map(|(name, fd)| (name, fd.unwrap_or_default()))
+            .collect()
+    }))
 }
 
 /// v1beta1 failure domain (its name is the map key).
@@ -120,7 +139,11 @@ pub struct DockerClusterStatus {
     #[serde(default)]
     pub ready: bool,
     /// Failure domains, copied from spec.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "null_domains_are_empty"
+    )]
     #[schemars(schema_with = "failure_domain_map")]
     pub failure_domains: Option<BTreeMap<String, FailureDomainSpec>>,
     /// Conditions in CAPI's v1beta1 style.

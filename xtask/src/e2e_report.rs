@@ -53,17 +53,21 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "cluster_upgrade_runtimesdk_test.go",
         "upgrade with RuntimeSDK",
-        NotRunnable(EXTENSION),
+        // Flavor in-memory-topology (the extension is built: label quick-start-v1beta1-clusterclass).
+        NotRunnable(IN_MEMORY),
     ),
     spec(
         "cluster_upgrade_runtimesdk_test.go",
         "upgrade with RuntimeSDK, ClusterClass in another namespace",
-        NotRunnable(EXTENSION),
+        NotRunnable(IN_MEMORY),
     ),
     spec(
         "cluster_upgrade_runtimesdk_test.go",
         "chained upgrades with RuntimeSDK",
-        NotRunnable(EXTENSION),
+        NotRunnable(
+            "chains upgrades from KUBERNETES_VERSION_CHAINED_UPGRADE_FROM, four minors below the \
+             target, through every minor to it: five node images, one per minor",
+        ),
     ),
     spec(
         "cluster_upgrade_test.go",
@@ -184,7 +188,7 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "quick_start_test.go",
         "quick-start with v1beta1 ClusterClass",
-        NotRunnable(EXTENSION),
+        Label("quick-start-v1beta1-clusterclass"),
     ),
     spec(
         "quick_start_test.go",
