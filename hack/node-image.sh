@@ -147,7 +147,7 @@ build_components() {
     '{"Entrypoint":["/usr/local/bin/pause"],"User":"65535:65535"}'
   build_rootfs net-base "$NET_PACKAGES" customize_net
   component "$(kubeadm_image kube-proxy)" "$K8S_BIN/kube-proxy" "$ROOTFS_TARBALL"
-  component "$PODNET_IMAGE" "$TARGET_DIR/release/podnet" "$ROOTFS_TARBALL" \
+  component "$PODNET_IMAGE" "$PODNET_BIN" "$ROOTFS_TARBALL" \
     '{"Entrypoint":["/usr/local/bin/podnet"]}'
   # Loaded on the host too (tests and `preLoadImages` use them); ours carry the plane label.
 }
@@ -256,8 +256,8 @@ fi
 t0=$SECONDS
 log "building $NODE_IMAGE (recipe $key)"
 "$HACK_DIR/build-binaries.sh" node etcd coredns crictl
-log "building podnet (release)"
-(cd "$REPO_ROOT" && cargo build --quiet --release --locked --bin podnet) || die "cargo build of podnet failed"
+# Static, through the manager's build helper: both share one set of compiled release dependencies.
+PODNET_BIN="$(static_release_build podnet)/podnet"
 build_components
 build_rootfs node-os "$NODE_PACKAGES" customize_node_os
 NODE_OS_TARBALL=$ROOTFS_TARBALL

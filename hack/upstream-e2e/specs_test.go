@@ -517,3 +517,18 @@ var _ = Describe("When following the Cluster API quick-start with v1beta1 Cluste
 		}
 	})
 })
+
+// KCP infrastructure adoption: a ClusterClass cluster whose control plane's infrastructure
+// machines are replaced by ones of another template and adopted, with the runtime extension
+// serving the ClusterClass's patches, as upstream passes it.
+var _ = Describe("When testing KCP infra adoption", Label("kcp-infra-adoption"), func() {
+	e2e.KCPInfraAdoptionSpec(ctx, func() e2e.KCPInfraAdoptionSpecInput {
+		return e2e.KCPInfraAdoptionSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                    ptr.To("upgrades-runtimesdk"),
+			ExtensionServiceNamespace: "test-extension-system",
+			ExtensionServiceName:      "test-extension-webhook-service",
+		}
+	})
+})
