@@ -28,10 +28,11 @@ export CAPD_RS_KUBECONFIG="$KUBECONFIG_PATH"
 # they are about 20 minutes of CPU; started now at the lowest priority they use the time the
 # tests below spend waiting on the API server, the engine and kubelets, instead of running alone
 # later. Waited for before the first step that needs them; stopped if the run ends before.
-step "prebuilding in the background, at low priority: CAPI managers, cert-manager, kind, upstream CAPD, upstream's e2e suite (log: $CACHE_DIR/prebuild.log)"
+step "prebuilding in the background, at low priority: CAPI managers, cert-manager, kind, upstream CAPD, upstream's e2e suite and test extension (log: $CACHE_DIR/prebuild.log)"
 # In a session of its own, so the whole group (go and its compilers) can be stopped.
+# upstream's test extension last: it compiles in the suite's module and reuses its build cache.
 setsid nice -n 19 bash -c 'hack/build-binaries.sh capi cert-manager kind capd-upstream &&
-  hack/upstream-e2e.sh build' >"$CACHE_DIR/prebuild.log" 2>&1 &
+  hack/upstream-e2e.sh build && hack/build-binaries.sh test-extension' >"$CACHE_DIR/prebuild.log" 2>&1 &
 PREBUILD=$!
 trap '[[ -z $PREBUILD ]] || kill -- "-$PREBUILD" 2>/dev/null || true' EXIT
 prebuilt() {
