@@ -31,14 +31,14 @@ pub struct DockerClusterSpec {
     #[schemars(extend("default" = {"port": 6443}))]
     pub control_plane_endpoint: Option<ApiEndpoint>,
 
-    /// Failure domains machines may be placed in; copied to status. Must be sorted by name.
-    /// (The CEL rule compares with `sort()`: `isSorted()` is costed over the CRD budget.)
+    /// Failure domains machines may be placed in; copied to status. In any order, as upstream
+    /// accepts them: a CEL rule requiring them sorted rejected upstream's manifests and, using
+    /// `sort()`, which Kubernetes 1.34's CEL lacks, kept the CRD off older management clusters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 100))]
     #[schemars(extend(
         "x-kubernetes-list-type" = "map",
-        "x-kubernetes-list-map-keys" = ["name"],
-        "x-kubernetes-validations" = [{"rule": "self.map(fd, fd.name) == self.map(fd, fd.name).sort()", "message": "failure domains must be sorted by name"}]
+        "x-kubernetes-list-map-keys" = ["name"]
     ))]
     pub failure_domains: Option<Vec<FailureDomain>>,
 
