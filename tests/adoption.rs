@@ -233,3 +233,113 @@ async fn upstream_capd_containers_are_adopted_with_their_ids_and_others_stay_for
     })
     .await;
 }
+
+/// The spec "KCP infra adoption" of upstream's e2e, on the plane: a Cluster's infrastructure
+/// object is force-deleted (finalizer removed, so its LB stays) and a new one, of another name
+/// and UID, becomes the Cluster's `spec.infrastructureRef`. The new one uses the very LB
+/// container (same ID), and deleting it removes that container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_load_balancer_passes_to_the_infrastructure_object_the_cluster_names() {
+    let mut env = TestEnv::new("lbpass").await;
+    env.start_manager(&[], None);
+    env.run(|env| async move {
+        env.manager_ready().await;
+        let ns = env.namespace("a").await;
+        let name = format!("{}-c", env.id);
+        let lb = format!("{name}-lb");
+        // A, named as the Cluster, gets its LB.
+        let a = env.provisioned_cluster(&ns, &name).await;
+        let lb_id = container_id(&lb).expect("A's LB exists");
+
+        // Orphan A the way the spec does: no reconcile may clean up (the Cluster is paused
+        // meanwhile, as clusterctl move and the spec's force-delete leave nothing to run), its
+        // finalizer is removed and it is deleted.
+        env.set_cluster_paused(&ns, &name, true).await;
+        eventually(LONG, "A paused", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| {
+                is_true(
+                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    "Paused",
+                )
+            })
+        })
+        .await;
+        let dcs: Api<capd::api::DockerCluster> = Api::namespaced(env.client.clone(), &ns);
+        let no_finalizers = json!({"metadata": {"finalizers": null}});
+        dcs.patch(
+            &name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&no_finalizers),
+        )
+        .await
+        .expect("remove A's finalizer");
+        dcs.delete(&name, &DeleteParams::default()).await.unwrap();
+        eventually(LONG, "A gone", || async {
+            env.docker_cluster(&ns, &name).await.is_none().then_some(())
+        })
+        .await;
+        assert_eq!(container_id(&lb).as_ref(), Some(&lb_id), "A's LB stays");
+
+        // B: another name, another UID; the Cluster names it.
+        let b_name = format!("{name}-infra-b");
+        let clusters: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(env.client.clone(), &ns, &capi("Cluster"));
+        let cluster = clusters
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&json!({"spec": {
+                    "paused": false,
+                    "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "DockerCluster", "name": b_name}
+                }})),
+            )
+            .await
+            .expect("point the Cluster at B");
+        let b = env
+            .create_docker_cluster(&ns, &cluster, json!({"metadata": {"name": b_name}}))
+            .await;
+        assert_ne!(b.uid(), a.uid());
+
+        // B's LB is A's container, available.
+        let dc = eventually(LONG, "B's LoadBalancerAvailable True", || async {
+            env.docker_cluster(&ns, &b_name).await.filter(|dc| {
+                is_true(
+                    dc.status.as_ref().and_then(|s| s.conditions.as_ref()),
+                    "LoadBalancerAvailable",
+                )
+            })
+        })
+        .await;
+        assert_eq!(
+            container_id(&lb).as_ref(),
+            Some(&lb_id),
+            "the same container"
+        );
+        let docker = docker().await;
+        let ip = inspect(&docker, &lb).await.and_then(|c| c.ipv4);
+        let endpoint = dc.spec.control_plane_endpoint.as_ref();
+        assert_eq!(
+            endpoint.and_then(|e| e.host.clone()),
+            ip,
+            "B's endpoint is the LB"
+        );
+        assert!(
+            env.manager_log()
+                .contains("the load balancer passes to the infrastructure object"),
+            "the take-over is logged"
+        );
+
+        // Deleting B removes the container (it was leaked before: "belongs to someone else").
+        dcs.delete(&b_name, &DeleteParams::default()).await.unwrap();
+        eventually(LONG, "B gone", || async {
+            env.docker_cluster(&ns, &b_name)
+                .await
+                .is_none()
+                .then_some(())
+        })
+        .await;
+        assert_eq!(container_id(&lb), None, "deleting B removed the LB");
+    })
+    .await;
+}

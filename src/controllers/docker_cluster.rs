@@ -58,6 +58,9 @@ pub enum Plan {
     Paused(Vec<String>),
     Delete {
         cluster_name: String,
+        /// The owner Cluster if it still exists: its `spec.infrastructureRef` decides whether
+        /// a previous infrastructure object's LB is this one's to remove.
+        cluster: Option<Arc<Cluster>>,
     },
     Normal(Arc<Cluster>),
 }
@@ -89,7 +92,8 @@ pub fn decide(kind: &str, dc: &DockerCluster, cluster: Option<Arc<Cluster>>) -> 
     match cluster {
         Some(c) if !deleting => Plan::Normal(c),
         c => Plan::Delete {
-            cluster_name: c.map_or(owner.to_string(), |c| c.name_any()),
+            cluster_name: c.as_ref().map_or(owner.to_string(), |c| c.name_any()),
+            cluster: c,
         },
     }
 }
@@ -159,9 +163,13 @@ async fn reconcile_inner(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Ac
             patcher.status(dc.status.as_ref(), &status).await?;
             Ok(Action::requeue(ctx.settings.resync))
         }
-        Plan::Delete { cluster_name } => {
+        Plan::Delete {
+            cluster_name,
+            cluster,
+        } => {
             set_paused(&mut status, &[]);
-            reconcile_delete(&mut patcher, &dc, &ctx, &cluster_name, status).await
+            let cluster = cluster.as_deref();
+            reconcile_delete(&mut patcher, &dc, &ctx, &cluster_name, cluster, status).await
         }
         Plan::Normal(cluster) => {
             set_paused(&mut status, &[]);
@@ -268,6 +276,7 @@ async fn reconcile_delete(
     dc: &DockerCluster,
     ctx: &Context,
     cluster_name: &str,
+    cluster: Option<&Cluster>,
     mut status: DockerClusterStatus,
 ) -> Result<Action> {
     let conds = status.conditions.get_or_insert_with(Vec::new);
@@ -292,7 +301,8 @@ async fn reconcile_delete(
 
     let ns = dc.namespace().unwrap_or_default();
     let uid = dc.uid().unwrap_or_default();
-    load_balancer::delete(ctx, dc, &owner(ctx, dc, cluster_name, &ns, &uid)).await?;
+    let lb_owner = owner(ctx, dc, cluster_name, &ns, &uid);
+    load_balancer::delete(ctx, dc, &lb_owner, cluster).await?;
     ctx.workload.forget(&ns, cluster_name);
     patcher.remove_finalizer(dc, FINALIZER).await?;
     ctx.forget(&super::key(ctx.kinds.cluster, dc), &uid);
@@ -371,7 +381,8 @@ mod tests {
         assert_eq!(
             decide("DockerCluster", &dc(true, true), None),
             Plan::Delete {
-                cluster_name: "c".into()
+                cluster_name: "c".into(),
+                cluster: None,
             },
             "a Cluster already gone does not block deletion"
         );

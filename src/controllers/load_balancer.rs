@@ -194,6 +194,26 @@ pub async fn ensure(
 
     let container: ContainerInfo = match rt.inspect(&name).await? {
         Some(existing) => match labels::ownership(&existing.labels, owner) {
+            // The LB of the cluster's previous infrastructure object: the Cluster names this one.
+            labels::Ownership::Foreign(_)
+                if labels::passes_to_infrastructure(
+                    &existing.labels,
+                    owner,
+                    infra_ref(Some(cluster), owner),
+                ) =>
+            {
+                // Once, on the pass that takes it over (the condition is not True yet); the
+                // labels never change, so every later pass decides the same way.
+                let available = dc.status.as_ref().and_then(|s| s.conditions.as_ref());
+                if !available.is_some_and(|c| {
+                    crate::api::conditions::is_true(c, types::LOAD_BALANCER_AVAILABLE)
+                }) {
+                    info!(container = %name, id = %existing.id,
+                        from = %labels::recorded_owner(&existing.labels),
+                        "the load balancer passes to the infrastructure object the Cluster names");
+                }
+                existing
+            }
             labels::Ownership::Foreign(why) => {
                 let claim = adoption_claim(ctx, dc, cluster_name, &existing);
                 match adoption::decide(&existing, &claim) {
@@ -344,17 +364,36 @@ fn adoption_claim<'a>(
     }
 }
 
-/// Remove the LB container if it is the owner's, or the upstream one it adopted (or would
-/// adopt); someone else's is left alone. It must be gone before the finalizer goes.
-pub async fn delete(ctx: &Context, dc: &DockerCluster, owner: &labels::Owner<'_>) -> Result<()> {
+/// The (kind, name) the Cluster's `spec.infrastructureRef` gives for `owner`'s kind, if any.
+fn infra_ref<'a>(
+    cluster: Option<&'a Cluster>,
+    owner: &labels::Owner<'_>,
+) -> Option<(&'a str, &'a str)> {
+    let r = cluster?.spec.infrastructure_ref.as_ref()?;
+    let kind = r.kind.as_deref()?;
+    Some((kind, r.name_if(crate::api::GROUP, owner.kind)?))
+}
+
+/// Remove the LB container if it is the owner's, the previous infrastructure object's that
+/// passed to it ([`labels::passes_to_infrastructure`]; needs the Cluster: without it such a
+/// container stays, with a warning), or the upstream one it adopted (or would adopt); someone
+/// else's is left alone. It must be gone before the finalizer goes.
+pub async fn delete(
+    ctx: &Context,
+    dc: &DockerCluster,
+    owner: &labels::Owner<'_>,
+    cluster: Option<&Cluster>,
+) -> Result<()> {
     let name = naming::load_balancer_name(owner.cluster_name);
     let ours = |c: &ContainerInfo| {
         labels::usable_by(&c.labels, owner)
+            || labels::passes_to_infrastructure(&c.labels, owner, infra_ref(cluster, owner))
             || adoption::decide(c, &adoption_claim(ctx, dc, owner.cluster_name, c)).is_usable()
     };
     if let Some(existing) = ctx.runtime.inspect(&name).await? {
         if ours(&existing) {
-            info!(container = %name, "removing load balancer container");
+            info!(container = %name, owner = %labels::recorded_owner(&existing.labels),
+                "removing load balancer container");
             ctx.runtime.remove(&name).await?;
         } else {
             warn!(container = %name, "not removing a container with our name that belongs to someone else");
@@ -418,11 +457,10 @@ pub async fn sync_backends(
         return Ok(SyncOutcome::NoLoadBalancer);
     };
     // Only the cluster's own LB container: same cluster and namespace, LB role, owned by a
-    // DockerCluster (DevCluster) (never a node container that happens to be named `<cluster>-lb`).
-    let is_lb = lb.labels.get(labels::KIND_ROLE).map(String::as_str)
-        == Some(labels::ROLE_LOAD_BALANCER)
-        && lb.labels.get(labels::OWNER_KIND).map(String::as_str) == Some(ctx.kinds.cluster);
-    let ours = labels::belongs_to_cluster(&lb.labels, &target.cluster, &target.namespace) && is_lb;
+    // DockerCluster or DevCluster (never a node container that happens to be named `<cluster>-lb`).
+    // Either cluster kind: the LB may have passed from a DockerCluster to a DevCluster.
+    let ours = labels::belongs_to_cluster(&lb.labels, &target.cluster, &target.namespace)
+        && labels::is_cluster_load_balancer(&lb.labels);
     // Or upstream CAPD's LB that the DockerCluster adopted (that very container ID).
     let adopted = target.adopted_lb.as_deref() == Some(lb.id.as_str())
         && adoption::is_upstream_of(

@@ -129,6 +129,48 @@ pub fn usable_by(labels: &BTreeMap<String, String>, owner: &Owner<'_>) -> bool {
     !matches!(ownership(labels, owner), Ownership::Foreign(_))
 }
 
+/// The kinds whose objects own a cluster's load balancer (a DevCluster is DockerCluster's view).
+pub const CLUSTER_KINDS: [&str; 2] = ["DockerCluster", "DevCluster"];
+
+/// Whether `labels` are those of a cluster's load balancer: the LB role, owned by a
+/// DockerCluster or DevCluster (never a node container that happens to be named `<cluster>-lb`).
+pub fn is_cluster_load_balancer(labels: &BTreeMap<String, String>) -> bool {
+    let get = |k: &str| labels.get(k).map(String::as_str);
+    get(KIND_ROLE) == Some(ROLE_LOAD_BALANCER)
+        && get(OWNER_KIND).is_some_and(|k| CLUSTER_KINDS.contains(&k))
+}
+
+/// Pure: whether the load balancer carrying `labels`, which capd-rs created for another
+/// infrastructure object of `owner`'s cluster, passes to `owner`. A cluster has exactly one
+/// load balancer and one infrastructure object, and the object its Cluster names in
+/// `spec.infrastructureRef` (`infra_ref`: kind and name) is the rightful owner: so the spec
+/// "KCP infra adoption" (the Cluster re-created with a new DevCluster, the old one force-deleted)
+/// keeps its LB, as upstream CAPD does. Docker labels cannot change, so this is decided afresh on
+/// every pass. Machines keep the strict rule of [`ownership`]; `false` for a container `owner`
+/// may use anyway ([`usable_by`]).
+pub fn passes_to_infrastructure(
+    labels: &BTreeMap<String, String>,
+    owner: &Owner<'_>,
+    infra_ref: Option<(&str, &str)>,
+) -> bool {
+    belongs_to_cluster(labels, owner.cluster_name, owner.cluster_namespace)
+        && is_cluster_load_balancer(labels)
+        && CLUSTER_KINDS.contains(&owner.kind)
+        && infra_ref == Some((owner.kind, owner.name))
+        && !usable_by(labels, owner)
+}
+
+/// Who a container's labels say it belongs to, for log lines: `DevCluster name (uid)`.
+pub fn recorded_owner(labels: &BTreeMap<String, String>) -> String {
+    let get = |k: &str| labels.get(k).map_or("?", String::as_str);
+    format!(
+        "{} {} ({})",
+        get(OWNER_KIND),
+        get(OWNER_NAME),
+        get(OWNER_UID)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +244,94 @@ mod tests {
             ..owner()
         };
         assert!(matches!(ownership(&mine, &machine), Ownership::Foreign(_)));
+    }
+
+    /// The LB of DevCluster `old` (uid-old) of cluster ns-a/c1, and the new DevCluster `new`.
+    fn succession() -> (BTreeMap<String, String>, Owner<'static>) {
+        let old = Owner {
+            kind: "DevCluster",
+            name: "old",
+            uid: "uid-old",
+            ..owner()
+        };
+        let new = Owner {
+            kind: "DevCluster",
+            name: "new",
+            uid: "uid-new",
+            ..owner()
+        };
+        (
+            container_labels(&old, ROLE_LOAD_BALANCER, &BTreeMap::new()),
+            new,
+        )
+    }
+
+    #[test]
+    fn the_load_balancer_passes_to_the_object_the_cluster_names() {
+        let (lb, new) = succession();
+        assert!(!usable_by(&lb, &new), "the strict rule refuses it");
+        assert!(passes_to_infrastructure(
+            &lb,
+            &new,
+            Some(("DevCluster", "new"))
+        ));
+        // From a DockerCluster to a DevCluster too: both own a cluster's LB.
+        let docker = container_labels(
+            &Owner {
+                kind: "DockerCluster",
+                name: "old",
+                uid: "uid-old",
+                ..owner()
+            },
+            ROLE_LOAD_BALANCER,
+            &BTreeMap::new(),
+        );
+        assert!(passes_to_infrastructure(
+            &docker,
+            &new,
+            Some(("DevCluster", "new"))
+        ));
+        assert_eq!(recorded_owner(&lb), "DevCluster old (uid-old)");
+    }
+
+    #[test]
+    fn the_load_balancer_does_not_pass_otherwise() {
+        let (lb, new) = succession();
+        let passes = |labels: &BTreeMap<String, String>, owner: &Owner<'_>, r| {
+            passes_to_infrastructure(labels, owner, r)
+        };
+        // The Cluster names another object, another kind, or nothing.
+        assert!(!passes(&lb, &new, Some(("DevCluster", "old"))));
+        assert!(!passes(&lb, &new, Some(("DockerCluster", "new"))));
+        assert!(!passes(&lb, &new, None));
+        // Not the LB role: a node container named `<cluster>-lb`.
+        let mut node = lb.clone();
+        node.insert(KIND_ROLE.into(), ROLE_CONTROL_PLANE.into());
+        assert!(!passes(&node, &new, Some(("DevCluster", "new"))));
+        // Owned by a machine.
+        let mut machine = lb.clone();
+        machine.insert(OWNER_KIND.into(), "DevMachine".into());
+        assert!(!passes(&machine, &new, Some(("DevCluster", "new"))));
+        // Another namespace's cluster of the same name.
+        let mut other_ns = lb.clone();
+        other_ns.insert(CLUSTER_NAMESPACE.into(), "ns-b".into());
+        assert!(!passes(&other_ns, &new, Some(("DevCluster", "new"))));
+        // Another cluster.
+        let mut other_cluster = lb.clone();
+        other_cluster.insert(KIND_CLUSTER.into(), "c2".into());
+        assert!(!passes(&other_cluster, &new, Some(("DevCluster", "new"))));
+        // Not created by capd-rs (the kind labels alone are upstream's: adoption's business).
+        let mut unmanaged = lb.clone();
+        unmanaged.remove(MANAGED_BY);
+        assert!(!passes(&unmanaged, &new, Some(("DevCluster", "new"))));
+        // A machine never takes a container over this way, even one the infraRef names.
+        let machine_owner = Owner {
+            kind: "DevMachine",
+            ..new.clone()
+        };
+        assert!(!passes(&lb, &machine_owner, Some(("DevMachine", "new"))));
+        // Its own container is simply usable: not a succession.
+        let mine = container_labels(&new, ROLE_LOAD_BALANCER, &BTreeMap::new());
+        assert!(!passes(&mine, &new, Some(("DevCluster", "new"))));
     }
 }
