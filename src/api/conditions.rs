@@ -167,6 +167,30 @@ impl Desired {
     }
 }
 
+/// A status that carries conditions: what the reconcile lifecycle's status writer needs of it.
+pub trait WithConditions {
+    fn conditions(&self) -> &[Condition];
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+}
+
+macro_rules! with_conditions {
+    ($($status:ty),*) => {$(
+        impl WithConditions for $status {
+            fn conditions(&self) -> &[Condition] {
+                self.conditions.as_deref().unwrap_or_default()
+            }
+            fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+                self.conditions.get_or_insert_with(Vec::new)
+            }
+        }
+    )*};
+}
+with_conditions!(
+    super::DockerClusterStatus,
+    super::DockerMachineStatus,
+    super::DockerMachinePoolStatus
+);
+
 /// The `Paused` condition for the given reasons (empty: not paused).
 pub fn paused(why: &[String]) -> Desired {
     if why.is_empty() {

@@ -24,11 +24,12 @@ use super::{
     events,
     kinds::Kinds,
     load_balancer::argv,
+    docker_machine::Status,
     patch::Patcher,
 };
 use crate::{
     api::{
-        DockerMachine, DockerMachineStatus,
+        DockerMachine,
         conditions::{self, Desired, reasons, types},
     },
     bootstrap::{self, Format, Step},
@@ -147,12 +148,12 @@ pub async fn reconcile(
     t: &Target<'_>,
     patcher: &mut Patcher<'_>,
     ctx: &Context,
-    status: &mut DockerMachineStatus,
+    status: &mut Status,
 ) -> Result<Outcome> {
     let uid = t.dm.uid().unwrap_or_default();
     let ns = t.dm.namespace().unwrap_or_default();
-    let (generation, now) = (t.dm.metadata.generation, Utc::now());
-    let conds = status.conditions.as_deref().unwrap_or_default();
+    let now = Utc::now();
+    let conds = status.conditions();
     let done = conditions::is_true(conds, types::BOOTSTRAP_COMPLETED);
     // A terminal result, on whichever of the three conditions its phase reports.
     let terminal = BOOTSTRAP_CONDITIONS.iter().any(|ty| {
@@ -162,12 +163,7 @@ pub async fn reconcile(
     });
     let mut set = |ds: [Desired; 3]| {
         for d in &ds {
-            conditions::set(
-                status.conditions.get_or_insert_with(Vec::new),
-                d,
-                generation,
-                now,
-            );
+            status.set(d);
         }
     };
     let images = image_steps(t.dm);
@@ -329,7 +325,7 @@ pub async fn reset(
     dm: &DockerMachine,
     patcher: &mut Patcher<'_>,
     ctx: &Context,
-    status: &mut DockerMachineStatus,
+    status: &mut Status,
 ) -> Result<()> {
     ctx.bootstraps.cancel(&dm.uid().unwrap_or_default());
     let annotations = dm.annotations();
@@ -343,12 +339,7 @@ pub async fn reset(
         reasons::WAITING_FOR_CONTAINER,
         "The node container was recreated".into(),
     ) {
-        conditions::set(
-            status.conditions.get_or_insert_with(Vec::new),
-            &d,
-            dm.metadata.generation,
-            Utc::now(),
-        );
+        status.set(&d);
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod docker_machine_pool;
 pub mod error;
 pub mod events;
 pub mod kinds;
+pub mod lifecycle;
 pub mod load_balancer;
 pub mod machine_bootstrap;
 pub mod machine_template;
@@ -374,7 +375,7 @@ async fn run_family<S, C, M, P>(
         .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown.clone())
         .run(
-            reconcile_cluster,
+            reconcile::<docker_cluster::Clusters>,
             |o, e, c| error_policy(c.kinds.cluster, o, e, c),
             ctx.clone(),
         )
@@ -402,7 +403,7 @@ async fn run_family<S, C, M, P>(
         .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown.clone())
         .run(
-            reconcile_machine,
+            reconcile::<docker_machine::Machines>,
             |o, e, c| error_policy(c.kinds.machine, o, e, c),
             ctx.clone(),
         )
@@ -432,7 +433,7 @@ async fn run_family<S, C, M, P>(
         .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown)
         .run(
-            reconcile_pool,
+            reconcile::<docker_machine_pool::Pools>,
             |o, e, c| error_policy(c.kinds.pool, o, e, c),
             ctx.clone(),
         )
@@ -553,35 +554,21 @@ pub(crate) fn key(kind: &str, obj: &impl Resource) -> String {
     )
 }
 
-async fn reconcile_cluster(obj: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Action> {
+/// One reconcile of a controller, counted and timed (see [`instrumented`]).
+async fn reconcile<R: lifecycle::Reconciler>(
+    obj: Arc<R::Object>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
     instrumented(
-        ctx.kinds.cluster,
+        R::kind(ctx.kinds),
         obj.clone(),
         ctx.clone(),
-        docker_cluster::reconcile(obj, ctx),
+        lifecycle::reconcile::<R>(obj, ctx),
     )
     .await
 }
 
-async fn reconcile_pool(obj: Arc<DockerMachinePool>, ctx: Arc<Context>) -> Result<Action> {
-    instrumented(
-        ctx.kinds.pool,
-        obj.clone(),
-        ctx.clone(),
-        docker_machine_pool::reconcile(obj, ctx),
-    )
-    .await
-}
 
-async fn reconcile_machine(obj: Arc<DockerMachine>, ctx: Arc<Context>) -> Result<Action> {
-    instrumented(
-        ctx.kinds.machine,
-        obj.clone(),
-        ctx.clone(),
-        docker_machine::reconcile(obj, ctx),
-    )
-    .await
-}
 
 /// How soon a reconcile whose view predates our own last write looks again. The echo of our
 /// write passes no predicate (it changes nothing a reconcile reads), so it would not wake it.

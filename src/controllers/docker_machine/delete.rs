@@ -1,55 +1,31 @@
-//! Deleting a DockerMachine: leave the load balancer (control plane), remove the node
-//! container, and only then let the object go.
-use chrono::Utc;
-use kube::{ResourceExt, runtime::controller::Action};
+//! Deleting a DockerMachine: leave the load balancer (control plane) and remove the node
+//! container; the lifecycle lets the object go once this succeeds.
+use kube::ResourceExt;
 use tracing::info;
 
 use super::{
-    FINALIZER, Owners,
+    Owners,
     decide::Bound,
     provision::{adoption_claim, sync_load_balancer},
 };
 use crate::{
-    api::{
-        DockerMachine, DockerMachineStatus,
-        conditions::{self, Desired, reasons, types},
-    },
+    api::DockerMachine,
     controllers::{
         context::Context,
         error::{Error, Result},
-        patch::Patcher,
     },
     docker::{adoption, labels, naming},
 };
 
-pub(super) async fn reconcile(
+/// Remove the machine's node containers (after leaving the load balancer with each).
+pub(super) async fn containers(
     dm: &DockerMachine,
     owners: &Owners,
     cluster_name: Option<&str>,
     ctx: &Context,
-    patcher: &mut Patcher<'_>,
-    mut status: DockerMachineStatus,
-) -> Result<Action> {
+) -> Result<()> {
     let uid = dm.uid().unwrap_or_default();
     ctx.bootstraps.cancel(&uid);
-    let now = Utc::now();
-    for d in [
-        Desired::false_(
-            types::CONTAINER_PROVISIONED,
-            reasons::DELETING,
-            "Deleting the node container",
-        ),
-        Desired::false_(types::READY, reasons::DELETING, "Deleting"),
-    ] {
-        conditions::set(
-            status.conditions.get_or_insert_with(Vec::new),
-            &d,
-            dm.metadata.generation,
-            now,
-        );
-    }
-    patcher.status(dm.status.as_ref(), &status).await?;
-
     let ns = dm.namespace().unwrap_or_default();
     let dm_name = dm.name_any();
     // Which containers are this machine's: every one labelled with its UID (whatever its name:
@@ -123,29 +99,7 @@ pub(super) async fn reconcile(
             sync_load_balancer(b, owners, ctx, Some(&name)).await?;
         }
     }
-    let_go(dm, ctx, patcher).await
-}
-
-/// Deleted before it ever had a Machine or Cluster: remove every container labelled with this
-/// object's UID, then let go.
-pub(super) async fn orphan(
-    dm: &DockerMachine,
-    ctx: &Context,
-    patcher: &mut Patcher<'_>,
-) -> Result<Action> {
-    let uid = dm.uid().unwrap_or_default();
-    ctx.bootstraps.cancel(&uid);
-    crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
-    let_go(dm, ctx, patcher).await
-}
-
-async fn let_go(dm: &DockerMachine, ctx: &Context, patcher: &mut Patcher<'_>) -> Result<Action> {
-    patcher.remove_finalizer(dm, FINALIZER).await?;
-    ctx.forget(
-        &crate::controllers::key(ctx.kinds.machine, dm),
-        &dm.uid().unwrap_or_default(),
-    );
-    Ok(Action::await_change())
+    Ok(())
 }
 
 /// The owner Machine's name (the container is named after it).

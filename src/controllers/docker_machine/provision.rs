@@ -7,10 +7,10 @@ use kube::{ResourceExt, runtime::controller::Action};
 use serde_json::json;
 use tracing::{debug, info};
 
-use super::{Owners, decide::Bound};
+use super::{Owners, Status, decide::Bound};
 use crate::{
     api::{
-        DockerMachine, DockerMachineStatus, Initialization, MachineAddress, MachineAddressType,
+        DockerMachine, Initialization, MachineAddress, MachineAddressType,
         conditions::{self, Desired, reasons, types},
     },
     capi::{self, IpFamily},
@@ -61,15 +61,6 @@ fn endpoint(host: Option<&str>, port: Option<i32>) -> Option<workload::Endpoint>
         host: host.to_string(),
         port,
     })
-}
-
-fn set(status: &mut DockerMachineStatus, dm: &DockerMachine, d: Desired) {
-    conditions::set(
-        status.conditions.get_or_insert_with(Vec::new),
-        &d,
-        dm.metadata.generation,
-        chrono::Utc::now(),
-    );
 }
 
 fn owner<'a>(ctx: &Context, b: &'a Bound, dm_name: &'a str, uid: &'a str) -> labels::Owner<'a> {
@@ -123,7 +114,7 @@ pub(super) async fn refresh(
     owners: &Owners,
     ctx: &Context,
     patcher: &mut Patcher<'_>,
-    status: &mut DockerMachineStatus,
+    status: &mut Status,
 ) -> Result<Action> {
     status.initialization = Some(Initialization {
         provisioned: Some(true),
@@ -134,12 +125,9 @@ pub(super) async fn refresh(
     if control_plane && b.leaves_load_balancer() {
         sync_load_balancer(b, owners, ctx, None).await?;
     }
-    if !conditions::is_true(
-        status.conditions.as_deref().unwrap_or_default(),
-        types::BOOTSTRAP_COMPLETED,
-    ) {
+    if !conditions::is_true(status.conditions(), types::BOOTSTRAP_COMPLETED) {
         for d in machine_bootstrap::completed() {
-            set(status, dm, d);
+            status.set(&d);
         }
     }
     let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());
@@ -159,17 +147,13 @@ pub(super) async fn refresh(
         Provisioned::Alive(c) => c,
         Provisioned::Conflict(why) => return Err(conflict(&name, why)),
         Provisioned::Gone => {
-            set(
-                status,
-                dm,
-                Desired::false_(
+            status.set(&Desired::false_(
                     types::CONTAINER_PROVISIONED,
                     reasons::NOT_PROVISIONED,
                     format!(
                         "Container {name} does not exist anymore; delete the Machine to replace it"
                     ),
-                ),
-            );
+                ));
             return Ok(Action::requeue(ctx.settings.resync));
         }
         Provisioned::Start(c) => {
@@ -178,7 +162,7 @@ pub(super) async fn refresh(
             let key = crate::controllers::key(ctx.kinds.machine, dm);
             match ctx.restarts.decide(&key, c.ran_for()) {
                 RestartDecision::Wait { wait, starts } => {
-                    set(status, dm, restarting(&name, &c, starts, Some(wait)));
+                    status.set(&restarting(&name, &c, starts, Some(wait)));
                     return Ok(Action::requeue(wait));
                 }
                 RestartDecision::Start { starts } => {
@@ -192,7 +176,7 @@ pub(super) async fn refresh(
                     let after = ctx.runtime.inspect(&name).await?.unwrap_or(c);
                     if !after.is_alive() {
                         let wait = restart_delay(starts + 1);
-                        set(status, dm, restarting(&name, &after, starts, Some(wait)));
+                        status.set(&restarting(&name, &after, starts, Some(wait)));
                         return Ok(Action::requeue(wait.max(NODE_RETRY)));
                     }
                     after
@@ -206,11 +190,7 @@ pub(super) async fn refresh(
         .and_then(|t| (chrono::Utc::now() - t).to_std().ok());
     ctx.restarts
         .running_for(&crate::controllers::key(ctx.kinds.machine, dm), up);
-    set(
-        status,
-        dm,
-        Desired::true_(types::CONTAINER_PROVISIONED, reasons::PROVISIONED),
-    );
+    status.set(&Desired::true_(types::CONTAINER_PROVISIONED, reasons::PROVISIONED));
     status.addresses = Some(machine_addresses(&container, b.cluster.ip_family().ok()));
     Ok(Action::requeue(ctx.settings.resync))
 }
@@ -281,7 +261,7 @@ pub(super) struct Provisioning<'a, 'w> {
 }
 
 impl Provisioning<'_, '_> {
-    pub async fn run(&mut self, status: &mut DockerMachineStatus) -> Result<Action> {
+    pub async fn run(&mut self, status: &mut Status) -> Result<Action> {
         let (b, dm, ctx) = (self.bound, self.dm, self.ctx);
         let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());
         let control_plane = b.machine.is_control_plane();
@@ -301,11 +281,7 @@ impl Provisioning<'_, '_> {
             let (c, fresh) = self.use_or_create(found, &owner, &name, status).await?;
             (Some(c), fresh)
         };
-        set(
-            status,
-            dm,
-            Desired::true_(types::CONTAINER_PROVISIONED, reasons::PROVISIONED),
-        );
+        status.set(&Desired::true_(types::CONTAINER_PROVISIONED, reasons::PROVISIONED));
 
         if control_plane && !status.load_balancer_configured {
             let outcome = sync_load_balancer(b, self.owners, ctx, None).await?;
@@ -374,7 +350,7 @@ impl Provisioning<'_, '_> {
         found: node::Found,
         owner: &labels::Owner<'_>,
         name: &str,
-        status: &mut DockerMachineStatus,
+        status: &mut Status,
     ) -> Result<(ContainerInfo, bool)> {
         let (dm, ctx) = (self.dm, self.ctx);
         let uid = dm.uid().unwrap_or_default();
@@ -417,17 +393,13 @@ impl Provisioning<'_, '_> {
                     reasons::NODE_STOPPED_DURING_BOOTSTRAP,
                     message.clone(),
                 ) {
-                    set(status, dm, d);
+                    status.set(&d);
                 }
-                set(
-                    status,
-                    dm,
-                    Desired::false_(
+                status.set(&Desired::false_(
                         types::CONTAINER_PROVISIONED,
                         reasons::NOT_PROVISIONED,
                         format!("Container {name} is stopped (see BootstrapCompleted)"),
-                    ),
-                );
+                    ));
                 // A change of the DockerMachine or the Machine triggers a pass at once; the
                 // resync only re-reads the same inputs.
                 return Err(Error::blocked(
@@ -448,7 +420,7 @@ impl Provisioning<'_, '_> {
         &mut self,
         owner: &labels::Owner<'_>,
         name: &str,
-        status: &mut DockerMachineStatus,
+        status: &mut Status,
     ) -> Result<(ContainerInfo, bool)> {
         self.ctx.runtime.remove(name).await?;
         machine_bootstrap::reset(self.dm, self.patcher, self.ctx, status).await?;
