@@ -19,7 +19,6 @@ use std::{
 
 use capd::{
     api::{DockerCluster, DockerMachine, conditions::ConditionStatus},
-    controllers::machine_bootstrap,
     docker::{ContainerInfo, ContainerRuntime, engine::BollardRuntime, labels},
 };
 use common::*;
@@ -640,7 +639,7 @@ async fn manager_killed_during_bootstrap() {
                     // exec whose progress is read every 10 s, and the long step is shorter.
                     for m in &fx.machines {
                         fx.docker_machine(m).await.filter(|dm| {
-                            dm.annotations().contains_key(machine_bootstrap::STARTED_AT)
+                            dm.annotations().contains_key(capd::api::STARTED_AT)
                                 && dm
                                     .cond("BootstrapCompleted")
                                     .is_some_and(|c| c.status == ConditionStatus::False)

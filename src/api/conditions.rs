@@ -230,7 +230,7 @@ pub fn truncate(message: &str, max: usize) -> String {
 /// returns true if anything changed.
 /// Conditions computed from generation `from` now carry `to`: the object's generation after a
 /// spec write of the reconcile's own that none of them depends on (see
-/// `controllers::patch::Patcher::observed_generation`).
+/// `controllers::kit::patch::Patcher::observed_generation`).
 pub fn restamp(conditions: &mut [Condition], from: Option<i64>, to: Option<i64>) {
     if from == to {
         return;

@@ -9,10 +9,12 @@ use kube::{ResourceExt, runtime::controller::Action};
 use serde_json::json;
 
 use super::{
-    caches,
-    context::Context,
-    error::Result,
-    lifecycle::{Deleted, Facts, Reconciler, Step},
+    kit::{
+        caches,
+        context::Context,
+        error::Result,
+        lifecycle::{Deleted, Facts, Reconciler, Step},
+    },
     load_balancer,
 };
 use crate::{
@@ -21,7 +23,7 @@ use crate::{
         conditions::{Desired, reasons, types},
     },
     capi::{self, Cluster},
-    controllers::kinds::Kinds,
+    controllers::kit::kinds::Kinds,
     docker::labels,
 };
 
@@ -199,11 +201,11 @@ mod tests {
     use crate::{
         api::dev,
         capi::ClusterSpec,
-        controllers::lifecycle::{Gate, Plan, PlanOf},
+        controllers::kit::lifecycle::{Gate, Plan, PlanOf},
     };
 
     fn decide(kind: &str, dc: &DockerCluster, cluster: Option<Arc<Cluster>>) -> PlanOf<Clusters> {
-        crate::controllers::lifecycle::decide::<Clusters>(kind, dc, &cluster)
+        crate::controllers::kit::lifecycle::decide::<Clusters>(kind, dc, &cluster)
     }
 
     fn dc(owned: bool, deleting: bool) -> DockerCluster {
@@ -283,15 +285,8 @@ mod tests {
             unserved,
             "paused or not"
         );
-        assert_eq!(
-            decide("DevCluster", &view, None),
-            unserved,
-            "owner or not"
-        );
+        assert_eq!(decide("DevCluster", &view, None), unserved, "owner or not");
         view.metadata.deletion_timestamp = dc(true, true).metadata.deletion_timestamp;
-        assert_eq!(
-            decide("DevCluster", &view, None),
-            Plan::Gate(Gate::Release)
-        );
+        assert_eq!(decide("DevCluster", &view, None), Plan::Gate(Gate::Release));
     }
 }

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use crate::{
-    controllers::lifecycle::Facts,
     api::{
         DockerCluster, DockerMachine,
         conditions::{Desired, reasons, types},
     },
     capi::{self, Cluster, Machine},
+    controllers::kit::lifecycle::Facts,
 };
 
 /// The objects a DockerMachine reconcile reads, fetched once (from the caches).
@@ -159,12 +159,12 @@ mod tests {
     use super::*;
     use crate::{
         api::DockerMachineSpec,
-        controllers::{
-            docker_machine::{FINALIZER, Machines},
-            lifecycle::{Gate, Plan, PlanOf},
-        },
         capi::{
             Bootstrap, ClusterInitialization, ClusterSpec, ClusterStatus, ContractRef, MachineSpec,
+        },
+        controllers::{
+            docker_machine::{FINALIZER, Machines},
+            kit::lifecycle::{Gate, Plan, PlanOf},
         },
     };
 
@@ -223,7 +223,7 @@ mod tests {
     }
 
     fn decide(kind: &str, dm: &DockerMachine, o: &Owners) -> PlanOf<Machines> {
-        crate::controllers::lifecycle::decide::<Machines>(kind, dm, o)
+        crate::controllers::kit::lifecycle::decide::<Machines>(kind, dm, o)
     }
 
     fn reason(plan: PlanOf<Machines>) -> &'static str {
@@ -305,7 +305,9 @@ mod tests {
     fn paused_wins_over_everything_but_ownership() {
         let mut o = owners(true, true, Some("s"), false);
         Arc::make_mut(o.cluster.as_mut().unwrap()).spec.paused = Some(true);
-        assert!(matches!(decide("DockerMachine", &dm(), &o), Plan::Gate(Gate::Paused(why)) if why.len() == 1));
+        assert!(
+            matches!(decide("DockerMachine", &dm(), &o), Plan::Gate(Gate::Paused(why)) if why.len() == 1)
+        );
         let mut deleting = dm();
         deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert!(matches!(

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::{
     api::DockerMachine,
-    controllers::{
+    controllers::kit::{
         context::Context,
         error::{Error, Result},
     },

@@ -3,8 +3,10 @@
 //!
 //! fetch ([`Owners`], from the caches) -> the contract's gate -> normal ([`decide::normal`],
 //! pure; then [`provision`]) or delete ([`delete`]) -> status.
+pub mod bootstrap;
 pub mod decide;
 mod delete;
+pub mod node;
 mod provision;
 
 use std::sync::Arc;
@@ -13,7 +15,7 @@ use kube::{ResourceExt, runtime::controller::Action};
 
 pub use decide::{Bound, Normal, Owners};
 
-use super::{
+use super::kit::{
     caches,
     context::Context,
     error::Result,
@@ -21,10 +23,7 @@ use super::{
     lifecycle::{Deleted, Facts, Reconciler, Report, Step},
 };
 use crate::{
-    api::{
-        DockerMachine, DockerMachineStatus,
-        conditions::types,
-    },
+    api::{DockerMachine, DockerMachineStatus, conditions::types},
     capi,
 };
 

@@ -7,7 +7,11 @@ use kube::{ResourceExt, runtime::controller::Action};
 use serde_json::json;
 use tracing::{debug, info};
 
-use super::{Owners, Status, decide::Bound};
+use super::{
+    Owners, Status, bootstrap as machine_bootstrap,
+    decide::Bound,
+    node::{self, Provisioned},
+};
 use crate::{
     api::{
         DockerMachine, Initialization, MachineAddress, MachineAddressType,
@@ -15,14 +19,14 @@ use crate::{
     },
     capi::{self, IpFamily},
     controllers::{
-        backoff::{RestartDecision, restart_delay, restarting_message},
-        context::Context,
-        error::{Error, Result},
+        kit::{
+            backoff::{RestartDecision, restart_delay, restarting_message},
+            context::Context,
+            error::{Error, Result},
+            patch::Patcher,
+            workload,
+        },
         load_balancer::{self, LbTarget, SyncOutcome},
-        machine_bootstrap,
-        node::{self, Provisioned},
-        patch::Patcher,
-        workload,
     },
     docker::{
         BindMount, ContainerInfo, NetworkSpec, RuntimeError, adoption, host_paths::HostPathPolicy,
@@ -148,12 +152,12 @@ pub(super) async fn refresh(
         Provisioned::Conflict(why) => return Err(conflict(&name, why)),
         Provisioned::Gone => {
             status.set(&Desired::false_(
-                    types::CONTAINER_PROVISIONED,
-                    reasons::NOT_PROVISIONED,
-                    format!(
-                        "Container {name} does not exist anymore; delete the Machine to replace it"
-                    ),
-                ));
+                types::CONTAINER_PROVISIONED,
+                reasons::NOT_PROVISIONED,
+                format!(
+                    "Container {name} does not exist anymore; delete the Machine to replace it"
+                ),
+            ));
             return Ok(Action::requeue(ctx.settings.resync));
         }
         Provisioned::Start(c) => {
@@ -190,7 +194,10 @@ pub(super) async fn refresh(
         .and_then(|t| (chrono::Utc::now() - t).to_std().ok());
     ctx.restarts
         .running_for(&crate::controllers::key(ctx.kinds.machine, dm), up);
-    status.set(&Desired::true_(types::CONTAINER_PROVISIONED, reasons::PROVISIONED));
+    status.set(&Desired::true_(
+        types::CONTAINER_PROVISIONED,
+        reasons::PROVISIONED,
+    ));
     status.addresses = Some(machine_addresses(&container, b.cluster.ip_family().ok()));
     Ok(Action::requeue(ctx.settings.resync))
 }
@@ -281,7 +288,10 @@ impl Provisioning<'_, '_> {
             let (c, fresh) = self.use_or_create(found, &owner, &name, status).await?;
             (Some(c), fresh)
         };
-        status.set(&Desired::true_(types::CONTAINER_PROVISIONED, reasons::PROVISIONED));
+        status.set(&Desired::true_(
+            types::CONTAINER_PROVISIONED,
+            reasons::PROVISIONED,
+        ));
 
         if control_plane && !status.load_balancer_configured {
             let outcome = sync_load_balancer(b, self.owners, ctx, None).await?;
@@ -358,7 +368,7 @@ impl Provisioning<'_, '_> {
         let inputs = node::bootstrap_inputs(dm.metadata.generation, self.secret_name);
         let reported = dm
             .annotations()
-            .get(machine_bootstrap::STOPPED_DURING_BOOTSTRAP)
+            .get(crate::api::STOPPED_DURING_BOOTSTRAP)
             .map(String::as_str);
         Ok(match node::provisioning(found, began) {
             node::Provisioning::Use(c) => (c, false),
@@ -396,10 +406,10 @@ impl Provisioning<'_, '_> {
                     status.set(&d);
                 }
                 status.set(&Desired::false_(
-                        types::CONTAINER_PROVISIONED,
-                        reasons::NOT_PROVISIONED,
-                        format!("Container {name} is stopped (see BootstrapCompleted)"),
-                    ));
+                    types::CONTAINER_PROVISIONED,
+                    reasons::NOT_PROVISIONED,
+                    format!("Container {name} is stopped (see BootstrapCompleted)"),
+                ));
                 // A change of the DockerMachine or the Machine triggers a pass at once; the
                 // resync only re-reads the same inputs.
                 return Err(Error::blocked(

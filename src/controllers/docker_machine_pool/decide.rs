@@ -6,12 +6,12 @@ use kube::ResourceExt;
 
 use super::TEMPLATE_HASH_ANNOTATION;
 use crate::{
-    controllers::lifecycle::Facts,
     api::{
         DockerMachine, DockerMachinePool,
         conditions::{Desired, reasons, types},
     },
     capi::{self, Cluster, DELETE_MACHINE_ANNOTATION, Machine, MachinePool},
+    controllers::kit::lifecycle::Facts,
 };
 
 /// What a pool reconcile reads, fetched once.
@@ -296,12 +296,12 @@ mod tests {
         capi::{ClusterSpec, MachineSpec},
         controllers::{
             docker_machine_pool::Pools,
-            lifecycle::{Gate, Plan, PlanOf},
+            kit::lifecycle::{Gate, Plan, PlanOf},
         },
     };
 
     fn decide(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> PlanOf<Pools> {
-        crate::controllers::lifecycle::decide::<Pools>(kind, dmp, f)
+        crate::controllers::kit::lifecycle::decide::<Pools>(kind, dmp, f)
     }
 
     fn ts(secs: i64) -> Time {
@@ -592,7 +592,10 @@ mod tests {
             "b is still draining"
         );
         f.machines.clear();
-        assert_eq!(decide("DockerMachinePool", &p, &f), Plan::Delete(Delete::Release));
+        assert_eq!(
+            decide("DockerMachinePool", &p, &f),
+            Plan::Delete(Delete::Release)
+        );
     }
 
     #[test]

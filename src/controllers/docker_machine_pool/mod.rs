@@ -28,7 +28,7 @@ use tracing::info;
 
 use decide::{Delete, Fetched, Normal, Scale};
 
-use super::{
+use super::kit::{
     caches,
     context::Context,
     error::Result,

@@ -17,15 +17,18 @@ use kube::{
 use serde_json::json;
 use tracing::info;
 
-use super::{
-    bootstrap_tasks::{Finished, TaskState, WAITING_FOR_SLOT},
-    context::Context,
-    error::{Error, Result},
-    events,
-    kinds::Kinds,
+use super::Status;
+use crate::api::{STARTED_AT, STOPPED_DURING_BOOTSTRAP};
+use crate::controllers::{
+    kit::{
+        bootstrap_tasks::{Finished, TaskState, WAITING_FOR_SLOT},
+        context::Context,
+        error::{Error, Result},
+        events,
+        kinds::Kinds,
+        patch::Patcher,
+    },
     load_balancer::argv,
-    docker_machine::Status,
-    patch::Patcher,
 };
 use crate::{
     api::{
@@ -35,12 +38,6 @@ use crate::{
     bootstrap::{self, Format, Step},
 };
 
-/// When the current bootstrap of the node container started (RFC 3339).
-pub const STARTED_AT: &str = "capd-rs.x-k8s.io/bootstrap-started-at";
-/// Set when the node container stopped while its bootstrap ran: the inputs it ran with
-/// ([`crate::controllers::node::bootstrap_inputs`]). The node is recreated once (an engine
-/// restart stops it too); after a second stop, not until they change.
-pub const STOPPED_DURING_BOOTSTRAP: &str = "capd-rs.x-k8s.io/node-stopped-during-bootstrap";
 /// How often a reconcile looks at a running bootstrap: a finished one wakes it at once, and the
 /// steps run in one exec, so there is little to report in between (every look is a container
 /// inspect and maybe a status patch, for each machine bootstrapping).

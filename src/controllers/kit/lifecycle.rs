@@ -77,8 +77,11 @@ pub trait Reconciler: Sized + Send + Sync + 'static {
     /// Pure: what the contract's gate reads of the owners (see [`decide`]).
     fn facts(kind: &str, obj: &Self::Object, fetched: &Self::Fetched) -> Facts<Self::Bound>;
     /// Pure: the kind's own plan once the gate says normal.
-    fn decide_normal(obj: &Self::Object, fetched: &Self::Fetched, bound: Self::Bound)
-    -> Self::Normal;
+    fn decide_normal(
+        obj: &Self::Object,
+        fetched: &Self::Fetched,
+        bound: Self::Bound,
+    ) -> Self::Normal;
     /// Pure: the kind's own plan once the gate says delete.
     fn decide_delete(obj: &Self::Object, fetched: &Self::Fetched) -> Self::Delete;
 
@@ -245,13 +248,13 @@ async fn act<R: Reconciler>(
         }
         Plan::Delete(plan) => {
             step.report.set(&conditions::paused(&[]));
-            step.report.set(&Desired::false_(
-                R::PRIMARY,
-                reasons::DELETING,
-                R::DELETING,
-            ));
             step.report
-                .set(&Desired::false_(types::READY, reasons::DELETING, "Deleting"));
+                .set(&Desired::false_(R::PRIMARY, reasons::DELETING, R::DELETING));
+            step.report.set(&Desired::false_(
+                types::READY,
+                reasons::DELETING,
+                "Deleting",
+            ));
             // The one early status write: a user watching the deletion sees why it takes time.
             step.write_status().await?;
             match R::delete(&mut step, plan).await {
@@ -354,7 +357,9 @@ impl<'a, R: Reconciler> Step<'a, R> {
 
     /// Remove the finalizer and everything kept in memory for the object.
     async fn let_go(mut self) -> Result<Action> {
-        self.patcher.remove_finalizer(self.obj, R::FINALIZER).await?;
+        self.patcher
+            .remove_finalizer(self.obj, R::FINALIZER)
+            .await?;
         self.ctx
             .forget(&self.key(), &self.obj.uid().unwrap_or_default());
         Ok(Action::await_change())
