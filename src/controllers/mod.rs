@@ -1,5 +1,7 @@
 //! The three controllers (and the machine templates' status-only one) and how they are wired: watches, concurrency, backoff, metrics, shutdown.
 //! They run once per family of kinds ([`kinds`]): Docker* and Dev*.
+#[cfg(test)]
+mod act_tests;
 pub mod backoff;
 pub mod bootstrap_tasks;
 pub mod caches;
