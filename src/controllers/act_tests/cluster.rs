@@ -206,3 +206,127 @@ async fn haproxy_backends_follow_the_running_control_plane_containers() {
     assert_eq!(writes(&s), before);
     assert_eq!(s.engine.kills().len(), 2);
 }
+
+#[tokio::test]
+async fn a_missing_haproxy_template_blocks_the_load_balancer_with_a_reason() {
+    let s = Scenario::docker();
+    s.put(sc::cluster("c", "DockerCluster"));
+    let mut dc = sc::docker_cluster("c");
+    dc.spec.load_balancer = Some(
+        serde_json::from_value(
+            json!({"customHAProxyConfigTemplateRef": {"name": "no-such-config"}}),
+        )
+        .unwrap(),
+    );
+    let dc = s.put(dc);
+
+    docker_cluster::reconcile(Arc::new(dc), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let stored = s.json::<DockerCluster>("c");
+    let (status, reason) = condition(&stored, "LoadBalancerAvailable").unwrap();
+    assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidSpec"));
+    let message = stored["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "LoadBalancerAvailable")
+        .unwrap()["message"]
+        .clone();
+    assert!(
+        message.as_str().unwrap().contains("ns/no-such-config"),
+        "{message}"
+    );
+    assert!(
+        s.engine.created().is_empty(),
+        "no load balancer from a spec it cannot render"
+    );
+    let looked = s
+        .api
+        .requests()
+        .into_iter()
+        .find(|r| r.path.ends_with("/configmaps/no-such-config"));
+    assert_eq!(looked.map(|r| r.code), Some(404));
+}
+
+#[tokio::test]
+async fn a_container_with_the_lb_name_that_is_someone_elses_blocks_as_a_name_conflict() {
+    let s = Scenario::docker();
+    let theirs = BTreeMap::from([("app".to_string(), "not-capd".to_string())]);
+    s.engine.add("c-lb", theirs);
+    s.put(sc::cluster("c", "DockerCluster"));
+    let dc = s.put(sc::docker_cluster("c"));
+
+    docker_cluster::reconcile(Arc::new(dc), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let stored = s.json::<DockerCluster>("c");
+    assert_eq!(
+        condition(&stored, "LoadBalancerAvailable"),
+        Some(("False".into(), "ContainerNameConflict".into()))
+    );
+    assert!(
+        stored["spec"]["controlPlaneEndpoint"].is_null(),
+        "no endpoint from someone else's container"
+    );
+    assert!(
+        s.engine.removed().is_empty() && s.engine.execs.calls().is_empty(),
+        "left alone"
+    );
+}
+
+#[tokio::test]
+async fn a_status_from_a_view_older_than_the_object_is_refused_not_written_over_it() {
+    let s = Scenario::docker();
+    let mut cluster = sc::cluster("c", "DockerCluster");
+    cluster.spec.paused = Some(true);
+    s.put(cluster);
+    let old_view = s.put(sc::docker_cluster("c"));
+    // Someone else writes the object after the view was taken.
+    let mut newer = s.get::<DockerCluster>("c").unwrap();
+    newer.metadata.annotations = Some([("someone".to_string(), "else".to_string())].into());
+    s.put(newer);
+
+    let e = docker_cluster::reconcile(Arc::new(old_view), s.ctx.clone())
+        .await
+        .unwrap_err();
+
+    assert!(matches!(e, crate::controllers::error::Error::Stale), "{e}");
+    let stored = s.json::<DockerCluster>("c");
+    assert!(
+        stored["status"].is_null(),
+        "nothing written from the old view: {stored}"
+    );
+    assert_eq!(stored["metadata"]["annotations"]["someone"], "else");
+}
+
+#[tokio::test]
+async fn a_dev_cluster_on_the_docker_backend_gets_its_load_balancer_under_its_own_kind() {
+    let s = Scenario::dev();
+    s.put(sc::cluster("c", "DevCluster"));
+    let dc = s.put(sc::dev_cluster("c", json!({"docker": {}})));
+
+    docker_cluster::reconcile(Arc::new(dc.view()), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let lb = s.engine.container("c-lb").unwrap();
+    assert_eq!(lb.labels[labels::OWNER_KIND], "DevCluster");
+    let stored = s.json::<crate::api::dev::DevCluster>("c");
+    assert_eq!(
+        stored["spec"]["controlPlaneEndpoint"]["host"],
+        lb.ipv4.unwrap().as_str()
+    );
+    assert_eq!(
+        condition(&stored, "Ready").map(|c| c.0),
+        Some("True".into())
+    );
+    let wrote_docker = s
+        .api
+        .requests()
+        .into_iter()
+        .any(|r| r.path.contains("/dockerclusters"));
+    assert!(!wrote_docker, "a DevCluster is read and written as itself");
+}

@@ -47,4 +47,26 @@ async fn a_pool_creates_one_labelled_docker_machine_per_replica() {
         Some("False".into())
     );
     assert!(s.engine.created().is_empty() && s.engine.execs.calls().is_empty());
+
+    // Listed by their labels, the two instances are found again: none is added.
+    let lists: Vec<_> = s
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.is(&Method::GET, "/dockermachines"))
+        .collect();
+    assert!(
+        lists.iter().all(|r| r
+            .query
+            .contains(&format!("{}=p", capi::MACHINE_POOL_NAME_LABEL))),
+        "{lists:?}"
+    );
+    let dmp = s.get::<DockerMachinePool>("p").unwrap();
+    docker_machine_pool::reconcile(Arc::new(dmp), s.ctx.clone())
+        .await
+        .unwrap();
+    let instances = s
+        .api
+        .list("/apis/infrastructure.cluster.x-k8s.io/v1beta2/namespaces/ns/dockermachines");
+    assert_eq!(instances.len(), 2);
 }
