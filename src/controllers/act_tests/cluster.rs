@@ -287,7 +287,7 @@ async fn a_status_from_a_view_older_than_the_object_is_refused_not_written_over_
     // Someone else writes the object after the view was taken.
     let mut newer = s.get::<DockerCluster>("c").unwrap();
     newer.metadata.annotations = Some([("someone".to_string(), "else".to_string())].into());
-    s.put(newer);
+    s.update(newer);
 
     let e = docker_cluster::reconcile(Arc::new(old_view), s.ctx.clone())
         .await

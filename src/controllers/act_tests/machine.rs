@@ -24,7 +24,7 @@ async fn machine_scenario(control_plane: bool, secret: bool) -> (Scenario, Docke
         .await
         .unwrap();
     // The cache holds the DockerCluster as the reconcile left it (with its endpoint).
-    s.put(s.get::<DockerCluster>("c").unwrap());
+    s.sync_cache::<DockerCluster>("c");
     s.put(sc::machine("c", "m", "DockerMachine", control_plane));
     if secret {
         s.put(sc::bootstrap_secret("m"));

@@ -6,10 +6,12 @@
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::{
-    ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::OwnerReference,
+    ByteString,
+    api::core::v1::Secret,
+    apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
 };
 use kube::{
-    Resource,
+    Resource, ResourceExt,
     runtime::{reflector, watcher},
 };
 use serde::{Serialize, de::DeserializeOwned};
@@ -148,19 +150,30 @@ impl Scenario {
         self.api.get(&Self::path::<K>(name)).unwrap_or(Value::Null)
     }
 
+    /// Overwrite `obj` (as another client's update would: a new resourceVersion) and put it
+    /// in its cache; returns it as stored.
+    pub fn update<K: Seed>(&self, obj: K) -> K {
+        let value = serde_json::to_value(&obj).expect("serializable");
+        let stored = self.api.replace(&Self::path::<K>(&obj.name_any()), value);
+        let obj: K = serde_json::from_value(stored).expect("stored as it was sent");
+        obj.cache(self);
+        obj
+    }
+
+    /// Put `name` in its cache as it is stored now (as its watch event would).
+    pub fn sync_cache<K: Seed>(&self, name: &str) {
+        if let Some(obj) = self.get::<K>(name) {
+            obj.cache(self);
+        }
+    }
+
     /// Mark `name` deleted as the API server would on a DELETE with finalizers: a
     /// deletionTimestamp, nothing removed.
     pub fn delete<K: Seed>(&self, name: &str) -> K {
         let mut obj = self.get::<K>(name).expect("exists");
-        obj.meta_mut().deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::now(),
-            ));
-        let value = serde_json::to_value(&obj).expect("serializable");
-        let stored = self.api.replace(&Self::path::<K>(name), value);
-        let obj: K = serde_json::from_value(stored).expect("parses");
-        obj.cache(self);
-        obj
+        let now = k8s_openapi::jiff::Timestamp::now();
+        obj.meta_mut().deletion_timestamp = Some(Time(now));
+        self.update(obj)
     }
 }
 
