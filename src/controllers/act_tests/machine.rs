@@ -170,3 +170,94 @@ async fn deleting_a_worker_machine_removes_its_container_then_its_finalizer() {
         "its bootstrap is cancelled"
     );
 }
+
+#[tokio::test]
+async fn a_machine_waits_for_its_clusters_infrastructure_without_a_container() {
+    let s = Scenario::docker();
+    let mut cluster = sc::cluster("c", "DockerCluster");
+    cluster.status = None;
+    s.put(cluster);
+    s.put(sc::machine("c", "m", "DockerMachine", false));
+    s.put(sc::bootstrap_secret("m"));
+    let dm = s.put(sc::docker_machine("c", "m"));
+
+    docker_machine::reconcile(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let stored = s.json::<DockerMachine>("m");
+    assert_eq!(
+        condition(&stored, "ContainerProvisioned"),
+        Some((
+            "False".into(),
+            "WaitingForClusterInfrastructureReady".into()
+        ))
+    );
+    assert_eq!(finalizers(&stored), [docker_machine::FINALIZER]);
+    assert!(s.engine.created().is_empty());
+}
+
+#[tokio::test]
+async fn a_node_name_taken_by_someone_else_blocks_as_a_name_conflict() {
+    let (s, dm) = machine_scenario(false, true).await;
+    let theirs = std::collections::BTreeMap::from([("app".to_string(), "other".to_string())]);
+    s.engine.add("c-m", theirs);
+
+    docker_machine::reconcile(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let stored = s.json::<DockerMachine>("m");
+    assert_eq!(
+        condition(&stored, "ContainerProvisioned"),
+        Some(("False".into(), "ContainerNameConflict".into()))
+    );
+    assert!(
+        s.engine.removed().is_empty(),
+        "someone else's container is left alone"
+    );
+    let secret_reads = s
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/secrets/m-bootstrap"));
+    assert_eq!(
+        secret_reads.count(),
+        0,
+        "no bootstrap data read for a container it cannot use"
+    );
+}
+
+#[tokio::test]
+async fn a_provisioned_machine_whose_container_stopped_gets_it_started_not_recreated() {
+    let (s, dm) = machine_scenario(false, true).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+    docker_machine::reconcile(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+    s.ctx.bootstraps.cancel(&uid);
+    // Provisioned (what the plane tests reach through a real bootstrap): the providerID is set.
+    let mut dm = s.get::<DockerMachine>("m").unwrap();
+    dm.spec.provider_id = Some("docker:////c-m".into());
+    s.update(dm);
+    s.engine
+        .set_state("c-m", crate::docker::ContainerState::Exited);
+    let id = s.engine.container("c-m").unwrap().id;
+
+    let dm = s.get::<DockerMachine>("m").unwrap();
+    docker_machine::reconcile(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let node = s.engine.container("c-m").unwrap();
+    assert!(
+        node.is_running() && node.id == id,
+        "the same container, running again"
+    );
+    let stored = s.json::<DockerMachine>("m");
+    let provisioned = Some(("True".to_string(), "Provisioned".to_string()));
+    assert_eq!(condition(&stored, "ContainerProvisioned"), provisioned);
+    assert_eq!(stored["status"]["initialization"]["provisioned"], true);
+    let addresses = stored["status"]["addresses"].to_string();
+    assert!(addresses.contains(&node.ipv4.unwrap()), "{addresses}");
+}
