@@ -12,6 +12,8 @@
 //!   (bootstrap tasks, workload-cluster clients).
 //!
 //! They run once per family of kinds ([`kit::kinds`]): Docker* and Dev*.
+#[cfg(test)]
+mod act_tests;
 pub mod docker_cluster;
 pub mod docker_machine;
 pub mod docker_machine_pool;
