@@ -324,7 +324,10 @@ impl Fixture {
         row.duplicated.extend(duplicated);
         row.leaked = self.delete_all().await;
         row.write(&rows_dir()).expect("write the fault's row");
-        print!("{}", xtask_figures::faults::table(std::slice::from_ref(&row)));
+        print!(
+            "{}",
+            xtask_figures::faults::table(std::slice::from_ref(&row))
+        );
         assert!(
             row.acted_s.is_some_and(|s| s <= ACT_BOUND.as_secs_f64()),
             "{}: a new object was acted on after {:?} s (goal {ACT_GOAL:?})",

@@ -190,10 +190,8 @@ fn the_node_image_recipe_follows_podnet_and_its_build_only() {
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let keys: std::collections::BTreeMap<&str, &str> = stdout
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .collect();
+    let keys: std::collections::BTreeMap<&str, &str> =
+        stdout.lines().filter_map(|l| l.split_once(' ')).collect();
     assert_eq!(keys.len(), 6, "{stdout}\n{stderr}");
     assert!(
         keys.values().all(|k| k.len() == 12),
