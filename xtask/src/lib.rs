@@ -1,7 +1,7 @@
 //! Project tasks that measure, report and plot: typed and tested here rather than in `hack/`
 //! shell. The integration tests write their figures with the types of `xtask_figures` (a package
 //! of its own, so that the tests need not depend on this one); the `xtask` binary turns them into
-//! the README's table and plot.
+//! the tables and plots of `docs/performance.md` and `docs/faults.md`.
 pub mod bench;
 pub mod e2e_report;
 pub mod soak;

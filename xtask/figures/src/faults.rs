@@ -1,5 +1,5 @@
 //! The fault matrix's rows: each fault test (`tests/faults.rs`) writes one, `xtask faults-table`
-//! prints them as the table the README carries.
+//! prints them as the table `docs/faults.md` carries.
 use std::{fs, io, path::Path};
 
 use serde::{Deserialize, Serialize};
@@ -123,6 +123,16 @@ mod tests {
             user_sees: "nothing".into(),
             ..Row::default()
         }
+    }
+
+    /// The table's home is `docs/faults.md` (it left the README): a change of its columns must
+    /// reach that page too, or the page shows a table this task no longer prints.
+    #[test]
+    fn the_docs_page_carries_this_table() {
+        let page = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/faults.md");
+        let page = fs::read_to_string(page).expect("docs/faults.md");
+        let header = table(&[]);
+        assert!(page.contains(&header), "docs/faults.md lacks:\n{header}");
     }
 
     #[test]

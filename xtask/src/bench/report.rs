@@ -280,7 +280,7 @@ impl Report {
         out
     }
 
-    /// The README's table: one row per N and subject.
+    /// The table of `docs/performance.md`: one row per N and subject.
     pub fn markdown(&self) -> String {
         let mut s = String::from(
             "| N | subject | provisioned s | p50 / p95 s | deleted s | peak RSS MiB | CPU s (provision / total) | idle CPU % | API requests / machine | Docker calls / machine |\n\
@@ -495,6 +495,22 @@ mod tests {
             api_requests: api,
             ..Default::default()
         }
+    }
+
+    /// The table's home is `docs/performance.md` (it left the README): a change of its columns
+    /// must reach that page too, or the page shows a table this task no longer prints.
+    #[test]
+    fn the_docs_page_carries_this_table() {
+        let page = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/performance.md");
+        let page = std::fs::read_to_string(page).expect("docs/performance.md");
+        let md = Report::default().markdown();
+        let header: Vec<&str> = md.lines().take(2).collect();
+        let header = header.join("\n");
+        assert!(header.starts_with("| N | subject |"), "{md}");
+        assert!(
+            page.contains(&header),
+            "docs/performance.md lacks:\n{header}"
+        );
     }
 
     #[test]
