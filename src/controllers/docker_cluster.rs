@@ -13,7 +13,7 @@ use super::{
         caches,
         context::Context,
         error::Result,
-        lifecycle::{Deleted, Facts, Reconciler, Step},
+        lifecycle::{Decide, Deleted, Facts, Reconciler, Step},
     },
     load_balancer,
 };
@@ -42,9 +42,8 @@ pub struct Delete {
     pub cluster: Option<Arc<Cluster>>,
 }
 
-impl Reconciler for Clusters {
+impl Decide for Clusters {
     type Object = DockerCluster;
-    type Status = DockerClusterStatus;
     /// The owner Cluster.
     type Fetched = Option<Arc<Cluster>>;
     type Bound = Arc<Cluster>;
@@ -53,25 +52,6 @@ impl Reconciler for Clusters {
 
     const FINALIZER: &'static str = FINALIZER;
     const OWNER_KIND: &'static str = "Cluster";
-    const PRIMARY: &'static str = types::LOAD_BALANCER_AVAILABLE;
-    const DELETING: &'static str = "Deleting the load balancer";
-    const READY_FROM: &'static [&'static str] = &[types::LOAD_BALANCER_AVAILABLE];
-
-    fn kind(kinds: Kinds) -> &'static str {
-        kinds.cluster
-    }
-
-    fn status(dc: &DockerCluster) -> Option<&DockerClusterStatus> {
-        dc.status.as_ref()
-    }
-
-    async fn fetch(dc: &DockerCluster, ctx: &Context) -> Result<Option<Arc<Cluster>>> {
-        let ns = dc.namespace().unwrap_or_default();
-        match capi::capi_owner(&dc.metadata, "Cluster") {
-            Some(owner) => caches::get(&ctx.caches.clusters, &ctx.client, &ns, &owner.name).await,
-            None => Ok(None),
-        }
-    }
 
     fn facts(_: &str, dc: &DockerCluster, cluster: &Option<Arc<Cluster>>) -> Facts<Arc<Cluster>> {
         Facts {
@@ -94,6 +74,30 @@ impl Reconciler for Clusters {
                 .as_ref()
                 .map_or_else(|| owner_name(dc), |c| c.name_any()),
             cluster: cluster.clone(),
+        }
+    }
+}
+
+impl Reconciler for Clusters {
+    type Status = DockerClusterStatus;
+
+    const PRIMARY: &'static str = types::LOAD_BALANCER_AVAILABLE;
+    const DELETING: &'static str = "Deleting the load balancer";
+    const READY_FROM: &'static [&'static str] = &[types::LOAD_BALANCER_AVAILABLE];
+
+    fn kind(kinds: Kinds) -> &'static str {
+        kinds.cluster
+    }
+
+    fn status(dc: &DockerCluster) -> Option<&DockerClusterStatus> {
+        dc.status.as_ref()
+    }
+
+    async fn fetch(dc: &DockerCluster, ctx: &Context) -> Result<Option<Arc<Cluster>>> {
+        let ns = dc.namespace().unwrap_or_default();
+        match capi::capi_owner(&dc.metadata, "Cluster") {
+            Some(owner) => caches::get(&ctx.caches.clusters, &ctx.client, &ns, &owner.name).await,
+            None => Ok(None),
         }
     }
 

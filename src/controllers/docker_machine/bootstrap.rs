@@ -17,7 +17,7 @@ use kube::{
 use serde_json::json;
 use tracing::info;
 
-use super::Status;
+use super::decide::Status;
 use crate::api::{STARTED_AT, STOPPED_DURING_BOOTSTRAP};
 use crate::controllers::{
     kit::{

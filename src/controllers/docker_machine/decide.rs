@@ -4,14 +4,19 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
+use super::FINALIZER;
+
 use crate::{
     api::{
-        DockerCluster, DockerMachine,
+        DockerCluster, DockerMachine, DockerMachineStatus,
         conditions::{Desired, reasons, types},
     },
     capi::{self, Cluster, Machine},
-    controllers::kit::lifecycle::Facts,
+    controllers::kit::lifecycle::{Decide, Facts, Report},
 };
+
+/// The status a DockerMachine reconcile builds.
+pub type Status = Report<DockerMachineStatus>;
 
 /// The objects a DockerMachine reconcile reads, fetched once (from the caches).
 #[derive(Clone, Debug, Default)]
@@ -47,6 +52,33 @@ pub enum Normal {
     Refresh(Bound),
     /// Create (or adopt) the node container and bootstrap it from this Secret.
     Provision(Bound, String),
+}
+
+/// The DockerMachine (DevMachine) controller.
+pub struct Machines;
+
+impl Decide for Machines {
+    type Object = DockerMachine;
+    type Fetched = Owners;
+    type Bound = Bound;
+    type Normal = Normal;
+    /// The cluster's name, if known (the Machine and the Cluster may be gone).
+    type Delete = Option<String>;
+
+    const FINALIZER: &'static str = FINALIZER;
+    const OWNER_KIND: &'static str = "Machine";
+
+    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
+        facts(kind, dm, owners)
+    }
+
+    fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> Normal {
+        normal(dm, bound)
+    }
+
+    fn decide_delete(_: &DockerMachine, owners: &Owners) -> Option<String> {
+        owners.cluster_name.clone()
+    }
 }
 
 /// Pure: what the lifecycle's gate reads of a DockerMachine's owners.
@@ -162,10 +194,7 @@ mod tests {
         capi::{
             Bootstrap, ClusterInitialization, ClusterSpec, ClusterStatus, ContractRef, MachineSpec,
         },
-        controllers::{
-            docker_machine::{FINALIZER, Machines},
-            kit::lifecycle::{Gate, Plan, PlanOf},
-        },
+        controllers::kit::lifecycle::{Gate, Plan, PlanOf},
     };
 
     fn dm() -> DockerMachine {

@@ -4,9 +4,9 @@ use kube::ResourceExt;
 use tracing::info;
 
 use super::{
-    Owners,
-    decide::Bound,
-    provision::{adoption_claim, sync_load_balancer},
+    backends,
+    decide::{Bound, Owners},
+    node::adoption_claim,
 };
 use crate::{
     api::DockerMachine,
@@ -57,7 +57,11 @@ pub(super) async fn containers(
                     .filter(|r| [labels::ROLE_CONTROL_PLANE, labels::ROLE_WORKER].contains(r))
             });
             role.is_some_and(|role| {
-                adoption::decide(c, &adoption_claim(dm, ctx, cluster, &name, role)).is_usable()
+                adoption::decide(
+                    c,
+                    &adoption_claim(dm, &ctx.settings.network, cluster, &name, role),
+                )
+                .is_usable()
             })
         };
         if !doomed.iter().any(|c| c.name == name)
@@ -86,7 +90,7 @@ pub(super) async fn containers(
         };
         if let Some(b) = &bound {
             // Leave the LB before the container goes (a missing LB is fine).
-            sync_load_balancer(b, owners, ctx, Some(&name)).await?;
+            backends::sync(b, owners, ctx, Some(&name)).await?;
         }
         info!(container = %name, "removing node container");
         ctx.runtime.remove(&name).await?;
@@ -96,7 +100,7 @@ pub(super) async fn containers(
         if let Some(b) = &bound {
             // Again once it is gone: a concurrent DockerCluster sync may have seen it running
             // in between and put it back.
-            sync_load_balancer(b, owners, ctx, Some(&name)).await?;
+            backends::sync(b, owners, ctx, Some(&name)).await?;
         }
     }
     Ok(())

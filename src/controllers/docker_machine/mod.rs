@@ -3,6 +3,7 @@
 //!
 //! fetch ([`Owners`], from the caches) -> the contract's gate -> normal ([`decide::normal`],
 //! pure; then [`provision`]) or delete ([`delete`]) -> status.
+mod backends;
 pub mod bootstrap;
 pub mod decide;
 mod delete;
@@ -13,14 +14,14 @@ use std::sync::Arc;
 
 use kube::{ResourceExt, runtime::controller::Action};
 
-pub use decide::{Bound, Normal, Owners};
+pub use decide::{Bound, Machines, Normal, Owners, Status};
 
 use super::kit::{
     caches,
     context::Context,
     error::Result,
     kinds::Kinds,
-    lifecycle::{Deleted, Facts, Reconciler, Report, Step},
+    lifecycle::{Deleted, Reconciler, Step},
 };
 use crate::{
     api::{DockerMachine, DockerMachineStatus, conditions::types},
@@ -30,23 +31,9 @@ use crate::{
 /// Upstream's; a DevMachine carries the same one.
 pub const FINALIZER: &str = "dockermachine.infrastructure.cluster.x-k8s.io";
 
-/// The status a DockerMachine reconcile builds.
-pub type Status = Report<DockerMachineStatus>;
-
-/// The DockerMachine (DevMachine) controller's part of the lifecycle.
-pub struct Machines;
-
 impl Reconciler for Machines {
-    type Object = DockerMachine;
     type Status = DockerMachineStatus;
-    type Fetched = Owners;
-    type Bound = Bound;
-    type Normal = Normal;
-    /// The cluster's name, if known (the Machine and the Cluster may be gone).
-    type Delete = Option<String>;
 
-    const FINALIZER: &'static str = FINALIZER;
-    const OWNER_KIND: &'static str = "Machine";
     const PRIMARY: &'static str = types::CONTAINER_PROVISIONED;
     const DELETING: &'static str = "Deleting the node container";
     const READY_FROM: &'static [&'static str] = &[
@@ -68,18 +55,6 @@ impl Reconciler for Machines {
 
     async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
         fetch(dm, ctx).await
-    }
-
-    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
-        decide::facts(kind, dm, owners)
-    }
-
-    fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> Normal {
-        decide::normal(dm, bound)
-    }
-
-    fn decide_delete(_: &DockerMachine, owners: &Owners) -> Option<String> {
-        owners.cluster_name.clone()
     }
 
     async fn release(dm: &DockerMachine, ctx: &Context) -> Result<()> {

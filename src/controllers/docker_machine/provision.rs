@@ -8,8 +8,8 @@ use serde_json::json;
 use tracing::{debug, info};
 
 use super::{
-    Owners, Status, bootstrap as machine_bootstrap,
-    decide::Bound,
+    backends, bootstrap as machine_bootstrap,
+    decide::{Bound, Owners, Status},
     node::{self, Provisioned},
 };
 use crate::{
@@ -26,7 +26,7 @@ use crate::{
             patch::Patcher,
             workload,
         },
-        load_balancer::{self, LbTarget, SyncOutcome},
+        load_balancer::SyncOutcome,
     },
     docker::{
         BindMount, ContainerInfo, NetworkSpec, RuntimeError, adoption, host_paths::HostPathPolicy,
@@ -86,29 +86,6 @@ fn conflict(name: &str, why: impl std::fmt::Display) -> Error {
     )
 }
 
-/// Re-sync the cluster's LB backends, for a control-plane machine only. An unusable custom
-/// haproxy config (the DockerCluster's condition says why) means: leave the LB alone.
-pub(super) async fn sync_load_balancer(
-    b: &Bound,
-    owners: &Owners,
-    ctx: &Context,
-    exclude: Option<&str>,
-) -> Result<SyncOutcome> {
-    let target = LbTarget::resolve(
-        ctx,
-        &b.namespace,
-        &b.cluster_name,
-        owners.docker_cluster.as_deref(),
-        Some(&b.cluster),
-    )
-    .await;
-    match target {
-        Ok(target) => load_balancer::sync_backends(ctx, &target, exclude).await,
-        Err(Error::Blocked(_)) => Ok(SyncOutcome::NoLoadBalancer),
-        Err(e) => Err(e),
-    }
-}
-
 /// A provisioned machine: report the container as it is, and start it again if it stopped
 /// (an engine restart stops every container; the node's state is in it, so it is never
 /// recreated).
@@ -127,7 +104,7 @@ pub(super) async fn refresh(
     status.failure_domain = b.machine.failure_domain().map(str::to_string);
     let control_plane = b.machine.is_control_plane();
     if control_plane && b.leaves_load_balancer() {
-        sync_load_balancer(b, owners, ctx, None).await?;
+        backends::sync(b, owners, ctx, None).await?;
     }
     if !conditions::is_true(status.conditions(), types::BOOTSTRAP_COMPLETED) {
         for d in machine_bootstrap::completed() {
@@ -142,7 +119,7 @@ pub(super) async fn refresh(
     } else {
         labels::ROLE_WORKER
     };
-    let claim = adoption_claim(dm, ctx, &b.cluster_name, &name, role);
+    let claim = node::adoption_claim(dm, &ctx.settings.network, &b.cluster_name, &name, role);
     let found = node::found_or_adopted(ctx.runtime.inspect(&name).await?, &owner, &claim);
     if let node::Found::Ours(c) = &found {
         record_adoption(dm, patcher, c, &owner).await?;
@@ -175,7 +152,7 @@ pub(super) async fn refresh(
                     ctx.runtime.start(&name).await?;
                     if control_plane {
                         // It may have a new address; it must be a backend again either way.
-                        sync_load_balancer(b, owners, ctx, None).await?;
+                        backends::sync(b, owners, ctx, None).await?;
                     }
                     let after = ctx.runtime.inspect(&name).await?.unwrap_or(c);
                     if !after.is_alive() {
@@ -200,27 +177,6 @@ pub(super) async fn refresh(
     ));
     status.addresses = Some(machine_addresses(&container, b.cluster.ip_family().ok()));
     Ok(Action::requeue(ctx.settings.resync))
-}
-
-/// What a DockerMachine says about the upstream CAPD container named `name` (see
-/// [`adoption::decide`]): upstream set its providerID to that container when it provisioned it.
-pub(super) fn adoption_claim<'a>(
-    dm: &'a DockerMachine,
-    ctx: &'a Context,
-    cluster_name: &'a str,
-    name: &str,
-    role: &'a str,
-) -> adoption::Claim<'a> {
-    adoption::Claim {
-        cluster_name,
-        role,
-        network: &ctx.settings.network,
-        recorded: dm
-            .annotations()
-            .get(adoption::ADOPTED_CONTAINER)
-            .map(String::as_str),
-        provisioned_on: dm.spec.provider_id.as_deref() == Some(naming::provider_id(name).as_str()),
-    }
 }
 
 /// The first time a machine uses an upstream CAPD container, its ID goes into the
@@ -273,7 +229,7 @@ impl Provisioning<'_, '_> {
         let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());
         let control_plane = b.machine.is_control_plane();
         if control_plane && b.leaves_load_balancer() {
-            sync_load_balancer(b, self.owners, ctx, None).await?;
+            backends::sync(b, self.owners, ctx, None).await?;
         }
 
         let (dm_name, uid) = (dm.name_any(), dm.uid().unwrap_or_default());
@@ -294,7 +250,7 @@ impl Provisioning<'_, '_> {
         ));
 
         if control_plane && !status.load_balancer_configured {
-            let outcome = sync_load_balancer(b, self.owners, ctx, None).await?;
+            let outcome = backends::sync(b, self.owners, ctx, None).await?;
             status.load_balancer_configured = matches!(
                 outcome,
                 SyncOutcome::Reloaded { .. } | SyncOutcome::Unchanged

@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::TEMPLATE_HASH_ANNOTATION;
+use super::{FINALIZER, TEMPLATE_HASH_ANNOTATION};
 use crate::{
     api::{
         DockerMachine, DockerMachinePool,
         conditions::{Desired, reasons, types},
     },
     capi::{self, Cluster, DELETE_MACHINE_ANNOTATION, Machine, MachinePool},
-    controllers::kit::lifecycle::Facts,
+    controllers::kit::lifecycle::{Decide, Facts},
 };
 
 /// What a pool reconcile reads, fetched once.
@@ -64,6 +64,32 @@ pub struct Scale {
     /// Every wanted replica exists with a providerID (CAPI core reads providerIDList once true).
     pub all_have_provider_ids: bool,
     pub replicas_ready: Desired,
+}
+
+/// The DockerMachinePool (DevMachinePool) controller.
+pub struct Pools;
+
+impl Decide for Pools {
+    type Object = DockerMachinePool;
+    type Fetched = Fetched;
+    type Bound = Bound;
+    type Normal = Normal;
+    type Delete = Delete;
+
+    const FINALIZER: &'static str = FINALIZER;
+    const OWNER_KIND: &'static str = "MachinePool";
+
+    fn facts(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Facts<Bound> {
+        facts(kind, dmp, f)
+    }
+
+    fn decide_normal(dmp: &DockerMachinePool, f: &Fetched, bound: Bound) -> Normal {
+        normal(dmp, f, bound)
+    }
+
+    fn decide_delete(_: &DockerMachinePool, f: &Fetched) -> Delete {
+        delete(f)
+    }
 }
 
 /// Pure: what the lifecycle's gate reads of a pool's owners.
@@ -294,10 +320,7 @@ mod tests {
     use crate::{
         api::{DockerMachineSpec, DockerMachineStatus, Initialization},
         capi::{ClusterSpec, MachineSpec},
-        controllers::{
-            docker_machine_pool::Pools,
-            kit::lifecycle::{Gate, Plan, PlanOf},
-        },
+        controllers::kit::lifecycle::{Gate, Plan, PlanOf},
     };
 
     fn decide(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> PlanOf<Pools> {

@@ -26,6 +26,7 @@ use kube::{
 use serde_json::json;
 use tracing::info;
 
+pub use decide::Pools;
 use decide::{Delete, Fetched, Normal, Scale};
 
 use super::kit::{
@@ -33,7 +34,7 @@ use super::kit::{
     context::Context,
     error::Result,
     kinds::Kinds,
-    lifecycle::{Deleted, Facts, Reconciler, Step},
+    lifecycle::{Deleted, Reconciler, Step},
     patch::Patcher,
 };
 use crate::{
@@ -63,19 +64,9 @@ fn recheck(ctx: &Context, dmp: &DockerMachinePool) -> Duration {
         .max(SCALING_RECHECK)
 }
 
-/// The DockerMachinePool (DevMachinePool) controller's part of the lifecycle.
-pub struct Pools;
-
 impl Reconciler for Pools {
-    type Object = DockerMachinePool;
     type Status = DockerMachinePoolStatus;
-    type Fetched = Fetched;
-    type Bound = decide::Bound;
-    type Normal = Normal;
-    type Delete = Delete;
 
-    const FINALIZER: &'static str = FINALIZER;
-    const OWNER_KIND: &'static str = "MachinePool";
     const PRIMARY: &'static str = types::REPLICAS_READY;
     const DELETING: &'static str = "Deleting the instances";
     const READY_FROM: &'static [&'static str] = &[types::REPLICAS_READY];
@@ -90,18 +81,6 @@ impl Reconciler for Pools {
 
     async fn fetch(dmp: &DockerMachinePool, ctx: &Context) -> Result<Fetched> {
         fetch(dmp, ctx).await
-    }
-
-    fn facts(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Facts<decide::Bound> {
-        decide::facts(kind, dmp, f)
-    }
-
-    fn decide_normal(dmp: &DockerMachinePool, f: &Fetched, bound: decide::Bound) -> Normal {
-        decide::normal(dmp, f, bound)
-    }
-
-    fn decide_delete(_: &DockerMachinePool, f: &Fetched) -> Delete {
-        decide::delete(f)
     }
 
     /// A pool makes no containers: its instances are DockerMachines, which it owns.

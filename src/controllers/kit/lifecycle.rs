@@ -33,19 +33,12 @@ use crate::{
     capi::{self, Cluster},
 };
 
-/// One controller's kind-specific part. Every function but the three arms is pure or a read.
-pub trait Reconciler: Sized + Send + Sync + 'static {
+/// The pure half of one controller: what the contract's gate reads of its owners, and its own
+/// normal and delete plans. No API server, no Docker: unit-tested with the kind's `decide`.
+pub trait Decide {
     /// The object, as its Docker* type (a Dev* object as its view).
     type Object: Resource<DynamicType = ()> + Send + Sync + 'static;
-    type Status: WithConditions
-        + V1Beta1Mirror
-        + Serialize
-        + Default
-        + Clone
-        + PartialEq
-        + Send
-        + Sync;
-    /// What [`Reconciler::fetch`] reads, once per reconcile.
+    /// What the reconcile reads ([`Reconciler::fetch`]), once.
     type Fetched: Send + Sync;
     /// The owners the normal path needs, all present.
     type Bound;
@@ -56,6 +49,30 @@ pub trait Reconciler: Sized + Send + Sync + 'static {
     const FINALIZER: &'static str;
     /// The CAPI kind whose owner reference makes the object ours to reconcile.
     const OWNER_KIND: &'static str;
+
+    /// What the gate reads of the owners (see [`decide`]).
+    fn facts(kind: &str, obj: &Self::Object, fetched: &Self::Fetched) -> Facts<Self::Bound>;
+    /// The kind's own plan once the gate says normal.
+    fn decide_normal(
+        obj: &Self::Object,
+        fetched: &Self::Fetched,
+        bound: Self::Bound,
+    ) -> Self::Normal;
+    /// The kind's own plan once the gate says delete.
+    fn decide_delete(obj: &Self::Object, fetched: &Self::Fetched) -> Self::Delete;
+}
+
+/// The acting half of one controller: what it reads, what it reports, and its two arms.
+pub trait Reconciler: Decide + Sized + Send + Sync + 'static {
+    type Status: WithConditions
+        + V1Beta1Mirror
+        + Serialize
+        + Default
+        + Clone
+        + PartialEq
+        + Send
+        + Sync;
+
     /// The condition that says what the object's infrastructure is doing: an unserved backend,
     /// an owner naming another object, a deletion and an error without one of its own land here.
     const PRIMARY: &'static str;
@@ -74,17 +91,6 @@ pub trait Reconciler: Sized + Send + Sync + 'static {
         obj: &Self::Object,
         ctx: &Context,
     ) -> impl Future<Output = Result<Self::Fetched>> + Send;
-    /// Pure: what the contract's gate reads of the owners (see [`decide`]).
-    fn facts(kind: &str, obj: &Self::Object, fetched: &Self::Fetched) -> Facts<Self::Bound>;
-    /// Pure: the kind's own plan once the gate says normal.
-    fn decide_normal(
-        obj: &Self::Object,
-        fetched: &Self::Fetched,
-        bound: Self::Bound,
-    ) -> Self::Normal;
-    /// Pure: the kind's own plan once the gate says delete.
-    fn decide_delete(obj: &Self::Object, fetched: &Self::Fetched) -> Self::Delete;
-
     /// Remove whatever carries the object's UID: it is let go without its owners (deleted before
     /// it had one, or of a backend this provider does not serve).
     fn release(obj: &Self::Object, ctx: &Context) -> impl Future<Output = Result<()>> + Send;
@@ -139,8 +145,8 @@ pub enum Plan<N, D> {
     Normal(N),
 }
 
-/// A [`Reconciler`]'s plan.
-pub type PlanOf<R> = Plan<<R as Reconciler>::Normal, <R as Reconciler>::Delete>;
+/// A controller's plan.
+pub type PlanOf<R> = Plan<<R as Decide>::Normal, <R as Decide>::Delete>;
 
 /// Where a delete arm got to.
 #[derive(Debug)]
@@ -152,7 +158,7 @@ pub enum Deleted {
 }
 
 /// Pure: the plan for `obj` (of kind `kind`), the contract's checks in the contract's order.
-pub fn decide<R: Reconciler>(kind: &str, obj: &R::Object, fetched: &R::Fetched) -> PlanOf<R> {
+pub fn decide<R: Decide>(kind: &str, obj: &R::Object, fetched: &R::Fetched) -> PlanOf<R> {
     let meta = obj.meta();
     let deleting = meta.deletion_timestamp.is_some();
     let ownership = capi::ownership(meta, R::FINALIZER, R::OWNER_KIND);
