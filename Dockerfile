@@ -37,17 +37,19 @@ ENV CC_x86_64_unknown_linux_musl=musl-gcc \
 WORKDIR /src
 # Dependencies first, so a source change does not refetch and rebuild every crate.
 COPY Cargo.toml Cargo.lock ./
-# The workspace names the runc shim (hack/runc-shim) and xtask (a dev-dependency too): their
-# manifests must be there to load it.
+# The workspace names the runc shim and podnet (hack/), xtask and its figures (xtask/figures, a
+# dev-dependency too): their manifests, and a stand-in for each target, must be there to load it.
 COPY hack/runc-shim/Cargo.toml hack/runc-shim/Cargo.toml
+COPY hack/podnet/Cargo.toml hack/podnet/Cargo.toml
 COPY xtask/Cargo.toml xtask/Cargo.toml
-RUN mkdir -p src/bin hack/runc-shim/src xtask/src \
+COPY xtask/figures/Cargo.toml xtask/figures/Cargo.toml
+RUN mkdir -p src/bin hack/runc-shim/src hack/podnet/src xtask/src xtask/figures/src \
  && echo 'fn main() {}' > src/main.rs \
  && echo 'fn main() {}' > src/bin/crdgen.rs \
- && echo 'fn main() {}' > src/bin/podnet.rs \
  && echo 'fn main() {}' > hack/runc-shim/src/main.rs \
+ && echo 'fn main() {}' > hack/podnet/src/main.rs \
  && echo 'fn main() {}' > xtask/src/main.rs \
- && touch src/lib.rs xtask/src/lib.rs \
+ && touch src/lib.rs xtask/src/lib.rs xtask/figures/src/lib.rs \
  && cargo build --release --locked --target x86_64-unknown-linux-musl --bin manager \
  && rm -rf src
 COPY src ./src

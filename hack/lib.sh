@@ -235,16 +235,23 @@ EOF
   ) || return 1
 }
 
+# The workspace packages whose binaries go into images: the manager's (capd-rs) and podnet's
+# (capd-podnet, hack/podnet).
+IMAGE_PACKAGES=(capd-rs capd-podnet)
+
 # static_release_build <bin>...: `cargo build --release` of these binaries of the workspace,
 # statically linked for the images (FROM scratch for the manager; podnet's too): the target is
 # x86_64-unknown-linux-musl when that Rust target is installed (musl-gcc from musl-tools if
 # present, else the host gcc, compiles ring's C code), otherwise the glibc target with
 # `-C target-feature=+crt-static` (a static-pie; fine here: no NSS or dlopen is used).
 # CAPD_RS_RUST_TARGET=<triple> forces one. Every image binary goes through here, so they share
-# one set of compiled release dependencies (a cold cache compiles them once, not once per binary).
+# one set of compiled release dependencies (a cold cache compiles them once, not once per binary):
+# cargo enables a dependency's features by the packages it is asked for, so every image package is
+# selected (-p) whichever binary is built (--bin); podnet alone would resolve tokio, hyper, kube
+# and others with fewer features and recompile them.
 # Prints the folder the binaries are in.
 static_release_build() {
-  local triple installed bin args=()
+  local triple installed bin pkg args=()
   if [[ -n ${CAPD_RS_RUST_TARGET:-} ]]; then
     triple=$CAPD_RS_RUST_TARGET
   else
@@ -266,6 +273,7 @@ static_release_build() {
       export "$rf_var=${!rf_var:-} -C target-feature=+crt-static"
       ;;
   esac
+  for pkg in "${IMAGE_PACKAGES[@]}"; do args+=(-p "$pkg"); done
   for bin in "$@"; do args+=(--bin "$bin"); done
   log "building ${*} (cargo build --release --target $triple)"
   (cd "$REPO_ROOT" && cargo build --quiet --release --locked --target "$triple" "${args[@]}") >&2 ||

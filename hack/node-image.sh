@@ -2,10 +2,11 @@
 # Builds the kind-style node image kindest/node:v$K8S_VERSION offline, from the registries this
 # project reaches: the tag the provider's kind mapping picks for a Machine of that version, so
 # templates need no customImage. Cached: nothing is rebuilt while the image carries the label of
-# the current recipe (versions, these scripts, hack/node-image/, podnet's source and normal
-# dependencies).
+# the current recipe (versions, these scripts, hack/node-image/, podnet's package and its
+# dependencies, the build helper of hack/lib.sh).
 #   hack/node-image.sh            # build if missing or stale, then check it
 #   hack/node-image.sh check      # only check the present image
+#   hack/node-image.sh recipe     # only print the recipe key (no root or Docker needed)
 #   K8S_VERSION=1.35.3 hack/node-image.sh   # another Kubernetes version (upgrade tests)
 #
 # The image:
@@ -27,20 +28,30 @@ NODE_IMAGE=${NODE_IMAGE:-kindest/node:v$K8S_VERSION}
 PODNET_IMAGE=capd-rs/podnet:v$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO_ROOT/Cargo.toml" | head -1)
 RECIPE_LABEL=capd-rs.node-image/recipe
 FILES="$HACK_DIR/node-image"
+PODNET_DIR="$HACK_DIR/podnet"
 WORK="$CACHE_DIR/node-image-v$K8S_VERSION"
 K8S_BIN="$BIN_DIR/k8s-v$K8S_VERSION"
 
-# Everything that shapes the image; a change rebuilds it. Of the Rust dependencies, only the
-# normal ones (podnet is built from them), as name and version: a test-only dependency changes
-# nothing here, nor does where the repository is cloned (cargo tree prints local paths).
+# Everything that shapes the image; a change rebuilds it:
+# - podnet's package (hack/podnet: manifest and sources, each file by its path in there) and its
+#   normal dependencies as name and version (cargo tree -p capd-podnet), so a dependency of the
+#   manager alone or a test-only one changes nothing here, nor does where the repository is
+#   cloned (cargo tree prints local paths);
+# - of hack/lib.sh, the versions above and the part that builds podnet: static_release_build, as
+#   bash prints it (comments dropped), and the packages it selects. Not the whole file: its other
+#   helpers (the plane, processes, RBAC) shape nothing in the image, and it changes often.
 recipe() {
   {
     echo "$K8S_VERSION $ETCD_VERSION $COREDNS_VERSION $CRICTL_VERSION $PODNET_IMAGE"
-    cat "$0" "$HACK_DIR/lib-image.sh" "$FILES"/* "$REPO_ROOT/src/bin/podnet.rs"
-    (cd "$REPO_ROOT" && cargo tree --quiet --locked -e normal --prefix none --target x86_64-unknown-linux-gnu) \
+    cat "$0" "$HACK_DIR/lib-image.sh" "$FILES"/*
+    (cd "$PODNET_DIR" && find Cargo.toml src -type f | LC_ALL=C sort | xargs sha256sum)
+    declare -f static_release_build
+    echo "${IMAGE_PACKAGES[*]}"
+    (cd "$REPO_ROOT" && cargo tree --quiet --locked -p capd-podnet -e normal --prefix none --target x86_64-unknown-linux-gnu) \
       | sed 's/ (.*$//' | sort -u
   } | sha256sum | cut -c1-12
 }
+if [[ ${1:-} == recipe ]]; then recipe; exit; fi
 
 # --- the node's operating system (cached rootfs tarball; a debootstrap costs ~3 min) -------------
 

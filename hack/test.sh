@@ -49,7 +49,10 @@ hack/capi.sh down >/dev/null 2>&1 || true
 step "unit tests, CRD tests, Docker adapter tests, controller integration tests"
 # Every test manager records the API verbs it used here; tests/rbac.rs checks them at the end.
 rm -f "$CARGO_TARGET_DIR/tmp/rbac-usage.txt"
-cargo test --locked --lib --bins --test crds --test conversion --test docker_engine --test controllers --test adoption --test deletion --test rbac --test diagnostics --test hack_scripts --test upstream_flags
+# podnet (hack/podnet) and the figures the fault tests and the soak write (xtask/figures) are
+# packages of their own; selected with the product crate, they are built with its dependencies'
+# features, so their unit tests add no second build of those dependencies.
+cargo test --locked -p capd-rs -p capd-podnet -p xtask-figures --lib --bins --test crds --test conversion --test docker_engine --test controllers --test adoption --test deletion --test rbac --test diagnostics --test hack_scripts --test upstream_flags
 cargo test --locked -p capd-runc-shim
 step "hostile inputs against one manager: its memory, its loops, its secrets (tests/hostile.rs)"
 cargo test --locked --test hostile -- --nocapture

@@ -19,14 +19,13 @@ use std::{
 
 use capd::{
     api::{DockerCluster, DockerMachine, conditions::ConditionStatus},
-    controllers::machine_bootstrap,
     docker::{ContainerInfo, ContainerRuntime, engine::BollardRuntime, labels},
 };
 use common::*;
 use futures::{FutureExt, future::BoxFuture};
 use kube::{Api, ResourceExt, api::DeleteParams};
 use serde_json::json;
-use xtask::faults::Row;
+use xtask_figures::faults::Row;
 
 const BOOTSTRAP_OK: &str = include_str!("fixtures/bootstrap-ok.yaml");
 /// Shaped like CABPK's data: the long command and the sentinel are one `runcmd` entry
@@ -324,7 +323,10 @@ impl Fixture {
         row.duplicated.extend(duplicated);
         row.leaked = self.delete_all().await;
         row.write(&rows_dir()).expect("write the fault's row");
-        print!("{}", xtask::faults::table(std::slice::from_ref(&row)));
+        print!(
+            "{}",
+            xtask_figures::faults::table(std::slice::from_ref(&row))
+        );
         assert!(
             row.acted_s.is_some_and(|s| s <= ACT_BOUND.as_secs_f64()),
             "{}: a new object was acted on after {:?} s (goal {ACT_GOAL:?})",
@@ -640,7 +642,7 @@ async fn manager_killed_during_bootstrap() {
                     // exec whose progress is read every 10 s, and the long step is shorter.
                     for m in &fx.machines {
                         fx.docker_machine(m).await.filter(|dm| {
-                            dm.annotations().contains_key(machine_bootstrap::STARTED_AT)
+                            dm.annotations().contains_key(capd::api::STARTED_AT)
                                 && dm
                                     .cond("BootstrapCompleted")
                                     .is_some_and(|c| c.status == ConditionStatus::False)

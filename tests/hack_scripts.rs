@@ -155,3 +155,51 @@ fn the_upstream_e2e_config_names_the_versions_hack_builds() {
         "config.yaml's versions and hack/lib.sh's"
     );
 }
+
+/// The node image is cached by its recipe key (`hack/node-image.sh recipe`): the key must change
+/// with podnet's package (hack/podnet) and with the build helper that compiles it, else an image
+/// with an old podnet is kept; and it must not change with the manager's code or with the rest
+/// of hack/lib.sh, else an 8-minute build runs for nothing. Each edit is made in a copy of the
+/// repository; a `docker` that never answers stands in, so a script that ignored `recipe` would
+/// stop before building anything.
+#[test]
+fn the_node_image_recipe_follows_podnet_and_its_build_only() {
+    let script = r#"
+        dir=$(mktemp -d)
+        trap 'rm -rf "$dir"' EXIT
+        tar -c --exclude=./.git --exclude=./target . | tar -x -C "$dir"
+        mkdir "$dir/fakebin"
+        printf '#!/bin/sh\nexit 1\n' > "$dir/fakebin/docker"
+        chmod +x "$dir/fakebin/docker"
+        cd "$dir"
+        key() { PATH="$dir/fakebin:$PATH" bash hack/node-image.sh recipe; }
+        echo "base $(key)"
+        echo "again $(key)"
+        echo '// the manager changes' >> src/lib.rs
+        echo "manager $(key)"
+        echo '# another helper changes' >> hack/lib.sh
+        echo "lib-other $(key)"
+        echo '// podnet changes' >> hack/podnet/src/main.rs
+        echo "podnet $(key)"
+        sed -i 's/--release --locked/--release --locked --offline/' hack/lib.sh
+        echo "build $(key)"
+    "#;
+    let out = bash(script);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let keys: std::collections::BTreeMap<&str, &str> =
+        stdout.lines().filter_map(|l| l.split_once(' ')).collect();
+    assert_eq!(keys.len(), 6, "{stdout}\n{stderr}");
+    assert!(
+        keys.values().all(|k| k.len() == 12),
+        "12-digit keys: {stdout}\n{stderr}"
+    );
+    assert_eq!(keys["again"], keys["base"], "the key is stable");
+    assert_eq!(keys["manager"], keys["base"], "the manager's code");
+    assert_eq!(keys["lib-other"], keys["base"], "another helper");
+    assert_ne!(keys["podnet"], keys["base"], "podnet's source");
+    assert_ne!(keys["build"], keys["podnet"], "the build helper");
+}

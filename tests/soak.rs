@@ -2,7 +2,7 @@
 //! one manager, sampling the manager process every few seconds: RSS, open file descriptors, OS
 //! threads, tokio tasks, objects kept in memory, Docker calls and API requests. Writes
 //! `$CARGO_TARGET_TMPDIR/soak/soak.json`, which `hack/soak.sh` plots. Fails when a figure at rest
-//! grew after the first cycle ([`xtask::soak::Report::growth`]).
+//! grew after the first cycle ([`xtask_figures::soak::Report::growth`]).
 //!
 //! By hand (30 minutes): `hack/soak.sh`; `SOAK_MINUTES` and `SOAK_MACHINES` (default 30, 50).
 mod common;
@@ -17,7 +17,7 @@ use common::*;
 use futures::FutureExt;
 use kube::{Api, ResourceExt, api::DeleteParams};
 use serde_json::json;
-use xtask::soak::{Cycle, Report, Sample};
+use xtask_figures::soak::{Cycle, Report, Sample};
 
 const BOOTSTRAP_OK: &str = include_str!("fixtures/bootstrap-ok.yaml");
 const EVERY: Duration = Duration::from_secs(5);

@@ -24,7 +24,7 @@ use common::{capi_e2e::*, workload::*, *};
 // The haproxy.cfg template `xtask bench` gives upstream's load balancer: upstream's default asks
 // for `maxconn 100000`, more descriptors than containers get here, so its haproxy dies on the
 // first reload. capd-rs's own config copes.
-use xtask::bench::nodes::UPSTREAM_HAPROXY_TEMPLATE;
+use xtask_figures::upstream::UPSTREAM_HAPROXY_TEMPLATE;
 
 const UPSTREAM_NETWORK: &str = "kind";
 const NODE: &str = "kindest/node:v1.35.4";

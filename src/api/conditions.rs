@@ -167,6 +167,30 @@ impl Desired {
     }
 }
 
+/// A status that carries conditions: what the reconcile lifecycle's status writer needs of it.
+pub trait WithConditions {
+    fn conditions(&self) -> &[Condition];
+    fn conditions_mut(&mut self) -> &mut Vec<Condition>;
+}
+
+macro_rules! with_conditions {
+    ($($status:ty),*) => {$(
+        impl WithConditions for $status {
+            fn conditions(&self) -> &[Condition] {
+                self.conditions.as_deref().unwrap_or_default()
+            }
+            fn conditions_mut(&mut self) -> &mut Vec<Condition> {
+                self.conditions.get_or_insert_with(Vec::new)
+            }
+        }
+    )*};
+}
+with_conditions!(
+    super::DockerClusterStatus,
+    super::DockerMachineStatus,
+    super::DockerMachinePoolStatus
+);
+
 /// The `Paused` condition for the given reasons (empty: not paused).
 pub fn paused(why: &[String]) -> Desired {
     if why.is_empty() {
@@ -206,7 +230,7 @@ pub fn truncate(message: &str, max: usize) -> String {
 /// returns true if anything changed.
 /// Conditions computed from generation `from` now carry `to`: the object's generation after a
 /// spec write of the reconcile's own that none of them depends on (see
-/// `controllers::patch::Patcher::observed_generation`).
+/// `controllers::kit::patch::Patcher::observed_generation`).
 pub fn restamp(conditions: &mut [Condition], from: Option<i64>, to: Option<i64>) {
     if from == to {
         return;

@@ -6,6 +6,7 @@
 use serde_yaml_ng::Value;
 
 use super::plan::{Plan, display_path, normalize_path, shorten};
+use super::yaml::{key_name, kind, scalar};
 use super::{
     BootstrapError, Format, KUBEADM_IGNORE_PREFLIGHT_ERRORS, NodeOptions, Planned, decode, kubeadm,
     limits, redact, users,
@@ -123,18 +124,6 @@ pub(crate) fn parser_message(message: &str) -> String {
     shorten(&redact(message), 300)
 }
 
-pub(crate) fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Sequence(_) => "a list",
-        Value::Mapping(_) => "a mapping",
-        Value::Tagged(_) => "a tagged value",
-    }
-}
-
 fn is_empty(v: &Value) -> bool {
     match v {
         Value::Null => true,
@@ -142,28 +131,6 @@ fn is_empty(v: &Value) -> bool {
         Value::Sequence(s) => s.is_empty(),
         Value::Mapping(m) => m.is_empty(),
         _ => false,
-    }
-}
-
-pub(crate) fn key_name(k: &Value) -> String {
-    let name = match k {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Null => "null".into(),
-        _ => "<non-scalar key>".into(),
-    };
-    shorten(&redact(&display_path(&name)), 64)
-}
-
-/// A scalar as text, the way cloud-init would `str()` it.
-pub(crate) fn scalar(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        Value::Tagged(t) => scalar(&t.value),
-        _ => None,
     }
 }
 

@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use serde_yaml_ng::{Mapping, Value};
 
-use super::cloud_config::kind;
+use super::yaml::kind;
 use super::{BootstrapError, Format, NodeOptions};
 
 /// Where CABPK's cloud-config writes the config for `kubeadm init` and for `kubeadm join`.

@@ -1,8 +1,11 @@
 //! Bootstrap data (the CAPI bootstrap Secret's `value`) turned into commands to exec in a node
 //! container, and a runner that execs them one by one.
 //!
-//! Pure logic: nothing here touches the network, the filesystem or the API server; the runner
-//! talks to the container only through [`ContainerRuntime`](crate::docker::ContainerRuntime).
+//! Two halves. Planning is pure (`decode`, `limits`, `cloud_config`, `users`, `yaml`,
+//! `ignition`, `kubeadm`, `plan`, `redact`): bytes in, steps out, no I/O at all. Running is I/O
+//! (`runner`, and `images` for `preLoadImages`): it execs the steps in the node, through the
+//! [`ContainerRuntime`](crate::docker::ContainerRuntime) port only; nothing here touches the
+//! network, the host's filesystem or the API server.
 //!
 //! Supported input (see `reference/capd-inventory.md` §5, and the README):
 //! - **cloud-config**: `bootcmd` first, then `write_files` and `runcmd` in document order, with
@@ -30,6 +33,7 @@ mod plan;
 mod redact;
 mod runner;
 mod users;
+mod yaml;
 
 use std::fmt;
 use std::str::FromStr;

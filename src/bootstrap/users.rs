@@ -13,8 +13,8 @@
 use serde_yaml_ng::{Mapping, Value};
 
 use super::BootstrapError;
-use super::cloud_config::{key_name, kind, scalar};
 use super::plan::{Plan, display_path, shorten};
+use super::yaml::{key_name, kind, scalar};
 
 /// Where cloud-init writes the sudo rules of the `users` it creates.
 pub(crate) const SUDOERS_PATH: &str = "/etc/sudoers.d/90-cloud-init-users";

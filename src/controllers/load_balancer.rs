@@ -8,7 +8,7 @@ use kube::{Api, ResourceExt};
 
 use tracing::{debug, info, warn};
 
-use super::{
+use super::kit::{
     backoff::{RestartDecision, restart_delay, restarting_message},
     context::Context,
     error::{Error, Result},
@@ -700,7 +700,7 @@ pub fn argv(parts: &[&str]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::error::Blocked;
+    use crate::controllers::kit::error::Blocked;
 
     fn target() -> LbTarget {
         LbTarget {

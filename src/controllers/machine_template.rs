@@ -7,20 +7,15 @@
 //! can change).
 use std::{collections::BTreeMap, sync::Arc};
 
-use futures::StreamExt;
 use kube::{
     Api, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{Controller, WatchStreamExt, controller::Action, reflector},
+    runtime::controller::Action,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{
-    Scope, Shared,
-    error::{Error, Result},
-    key, log_result, predicates, retry_delay, watch,
-};
+use super::kit::{Shared, error::Result};
 use crate::{
     api::{DockerMachineTemplate, dev::DevMachineTemplate},
     docker::{ContainerRuntime, HostCapacity},
@@ -132,53 +127,10 @@ pub async fn reconcile<K: Template>(obj: Arc<K>, shared: Arc<Shared>) -> Result<
     Ok(Action::requeue(shared.settings.resync))
 }
 
-/// The controller of template kind `K` until `shutdown` resolves. Its own watch (templates are
-/// few and only this controller reads them), filtered like every other watch by namespace and
-/// watch-filter label. `concurrency`: the machine concurrency of the template's family.
-pub async fn run<K, S>(shared: Arc<Shared>, scope: &Scope, concurrency: u16, shutdown: S)
-where
-    K: Template,
-    S: std::future::Future<Output = ()> + Send + Sync + 'static,
-{
-    let wc = scope.watcher();
-    let (store, writer) = reflector::store::<K>();
-    let events = watch(scope.api::<K>(&shared.client), &wc)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(predicates::template::<K>, Default::default());
-    let kind = K::kind(&());
-    Controller::for_stream(events, store)
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .trigger_backoff(super::backoff::NoTriggerBackoff)
-        .graceful_shutdown_on(shutdown)
-        .run(
-            |obj, shared: Arc<Shared>| async move {
-                let k = key(&K::kind(&()), obj.as_ref());
-                let result = reconcile(obj, shared.clone()).await;
-                if result.is_ok() {
-                    shared.backoff.reset(&k);
-                }
-                result
-            },
-            |obj, error: &Error, shared| {
-                let kind = K::kind(&());
-                let delay = retry_delay(error, &shared.backoff, &key(&kind, obj.as_ref()));
-                tracing::warn!(%kind, namespace = obj.namespace().unwrap_or_default(),
-                    name = obj.name_any(), %error, retry_in = ?delay, "reconcile failed");
-                Action::requeue(delay)
-            },
-            shared,
-        )
-        .for_each(|r| {
-            log_result(&kind, r);
-            futures::future::ready(())
-        })
-        .await;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::kit::error::Error;
 
     #[test]
     fn memory_is_written_in_binary_units_as_kubernetes_does() {

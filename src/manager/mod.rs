@@ -173,7 +173,7 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
         controllers::FAMILIES,
     );
     let runtime: Arc<dyn ContainerRuntime> = runtime;
-    let (caches, writers) = controllers::caches();
+    let (caches, writers) = controllers::kit::caches();
     let shared = Arc::new(Shared::new(
         client,
         runtime,

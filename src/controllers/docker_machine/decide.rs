@@ -5,13 +5,18 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::FINALIZER;
+
 use crate::{
     api::{
-        DockerCluster, DockerMachine,
+        DockerCluster, DockerMachine, DockerMachineStatus,
         conditions::{Desired, reasons, types},
     },
     capi::{self, Cluster, Machine},
+    controllers::kit::lifecycle::{Decide, Facts, Report},
 };
+
+/// The status a DockerMachine reconcile builds.
+pub type Status = Report<DockerMachineStatus>;
 
 /// The objects a DockerMachine reconcile reads, fetched once (from the caches).
 #[derive(Clone, Debug, Default)]
@@ -40,34 +45,6 @@ impl Bound {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Plan {
-    /// Externally managed (`cluster.x-k8s.io/managed-by`): not ours to touch.
-    LeaveAlone,
-    /// No owner Machine yet: CAPI sets it; a watch event brings the object back.
-    AwaitOwner,
-    /// Deleted before it ever had an owner: remove what carries its UID, then let go.
-    DeleteOrphan,
-    /// A DevMachine whose backend this provider does not serve: say so; on deletion, remove
-    /// what carries its UID and let go.
-    Unserved {
-        backend: String,
-        deleting: bool,
-    },
-    /// The owner Machine or its Cluster does not exist (transient: it may appear).
-    Missing(String),
-    /// Paused by its Cluster or its own annotation: report only.
-    Paused(Vec<String>),
-    /// Owned by a Machine whose `spec.infrastructureRef` names another object: not provisioned
-    /// (no finalizer, no Secret read), the condition says why; a change to either brings it back.
-    NotMachineInfrastructure(Desired),
-    Delete {
-        cluster_name: Option<String>,
-    },
-    /// The finalizer is set, then one of these.
-    Normal(Normal),
-}
-
-#[derive(Clone, Debug, PartialEq)]
 pub enum Normal {
     /// Not yet: `ContainerProvisioned` says why.
     Wait(Desired),
@@ -77,69 +54,67 @@ pub enum Normal {
     Provision(Bound, String),
 }
 
-/// Pure: the plan for `dm` (of kind `kind`) and its owners.
-pub fn decide(kind: &str, dm: &DockerMachine, o: &Owners) -> Plan {
-    let deleting = dm.metadata.deletion_timestamp.is_some();
-    let ownership = capi::ownership(&dm.metadata, FINALIZER, "Machine");
-    if let Some(backend) = crate::api::dev::unserved_backend(&dm.metadata)
-        && !matches!(ownership, capi::Ownership::External)
-    {
-        let backend = backend.to_string();
-        return Plan::Unserved { backend, deleting };
+/// The DockerMachine (DevMachine) controller.
+pub struct Machines;
+
+impl Decide for Machines {
+    type Object = DockerMachine;
+    type Fetched = Owners;
+    type Bound = Bound;
+    type Normal = Normal;
+    /// The cluster's name, if known (the Machine and the Cluster may be gone).
+    type Delete = Option<String>;
+
+    const FINALIZER: &'static str = FINALIZER;
+    const OWNER_KIND: &'static str = "Machine";
+
+    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
+        facts(kind, dm, owners)
     }
-    match ownership {
-        capi::Ownership::External => return Plan::LeaveAlone,
-        capi::Ownership::Unowned { deleting: true } => return Plan::DeleteOrphan,
-        capi::Ownership::Unowned { deleting: false } => return Plan::AwaitOwner,
-        capi::Ownership::Owned(_) => {}
+
+    fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> Normal {
+        normal(dm, bound)
     }
+
+    fn decide_delete(_: &DockerMachine, owners: &Owners) -> Option<String> {
+        owners.cluster_name.clone()
+    }
+}
+
+/// Pure: what the lifecycle's gate reads of a DockerMachine's owners.
+pub fn facts(kind: &str, dm: &DockerMachine, o: &Owners) -> Facts<Bound> {
     let ns = dm.namespace().unwrap_or_default();
-    if !deleting {
-        if o.machine.is_none() {
-            return Plan::Missing(format!("owner Machine {ns}/{} not found", owner_name(dm)));
-        }
-        if o.cluster.is_none() {
-            return Plan::Missing(format!(
-                "Cluster {ns}/{} of Machine {} not found",
-                o.cluster_name
-                    .as_deref()
-                    .unwrap_or("<no cluster.x-k8s.io/cluster-name label>"),
-                owner_name(dm)
-            ));
-        }
-    }
-    if !deleting
-        && let Some(machine) = &o.machine
-        && let Some(why) = not_named_by(kind, dm, machine)
-    {
-        return Plan::NotMachineInfrastructure(why);
-    }
-    let paused = capi::paused_reasons(o.cluster.as_deref(), &dm.metadata, kind);
-    if !paused.is_empty() {
-        return Plan::Paused(paused);
-    }
-    if deleting {
-        return Plan::Delete {
-            cluster_name: o.cluster_name.clone(),
-        };
-    }
-    let (Some(machine), Some(cluster), Some(cluster_name)) =
-        (o.machine.clone(), o.cluster.clone(), o.cluster_name.clone())
-    else {
-        return Plan::Missing("the Machine has no cluster name".into());
+    let bound = match (&o.machine, &o.cluster, &o.cluster_name) {
+        (None, _, _) => Err(format!("owner Machine {ns}/{} not found", owner_name(dm))),
+        (Some(_), None, name) => Err(format!(
+            "Cluster {ns}/{} of Machine {} not found",
+            name.as_deref()
+                .unwrap_or("<no cluster.x-k8s.io/cluster-name label>"),
+            owner_name(dm)
+        )),
+        (Some(machine), Some(cluster), Some(cluster_name)) => Ok(Bound {
+            machine: machine.clone(),
+            cluster: cluster.clone(),
+            cluster_name: cluster_name.clone(),
+            namespace: ns,
+        }),
+        (Some(_), Some(_), None) => Err("the Machine has no cluster name".into()),
     };
-    let bound = Bound {
-        machine,
-        cluster,
-        cluster_name,
-        namespace: ns,
-    };
+    Facts {
+        bound,
+        named_elsewhere: o.machine.as_ref().and_then(|m| not_named_by(kind, dm, m)),
+        cluster: o.cluster.clone(),
+    }
+}
+
+/// Pure: what a DockerMachine whose Machine and Cluster exist does next.
+pub fn normal(dm: &DockerMachine, bound: Bound) -> Normal {
     if !bound.cluster.infrastructure_provisioned() {
-        return Plan::Normal(Normal::Wait(Desired::false_(
+        return Normal::Wait(Desired::false_(
             types::CONTAINER_PROVISIONED,
             reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
             "Waiting for the Cluster's infrastructure to be provisioned",
-        )));
+        ));
     }
     if dm
         .spec
@@ -147,10 +122,10 @@ pub fn decide(kind: &str, dm: &DockerMachine, o: &Owners) -> Plan {
         .as_deref()
         .is_some_and(|p| !p.is_empty())
     {
-        return Plan::Normal(Normal::Refresh(bound));
+        return Normal::Refresh(bound);
     }
     let Some(secret) = bound.machine.data_secret_name().map(str::to_string) else {
-        return Plan::Normal(Normal::Wait(
+        return Normal::Wait(
             if !bound.machine.is_control_plane() && !bound.cluster.control_plane_initialized() {
                 Desired::false_(
                     types::CONTAINER_PROVISIONED,
@@ -164,9 +139,9 @@ pub fn decide(kind: &str, dm: &DockerMachine, o: &Owners) -> Plan {
                     "Waiting for Machine.spec.bootstrap.dataSecretName",
                 )
             },
-        ));
+        );
     };
-    Plan::Normal(Normal::Provision(bound, secret))
+    Normal::Provision(bound, secret)
 }
 
 /// `None` when the Machine's `spec.infrastructureRef` names `dm` (group, kind, name; same
@@ -219,6 +194,7 @@ mod tests {
         capi::{
             Bootstrap, ClusterInitialization, ClusterSpec, ClusterStatus, ContractRef, MachineSpec,
         },
+        controllers::kit::lifecycle::{Gate, Plan, PlanOf},
     };
 
     fn dm() -> DockerMachine {
@@ -275,7 +251,11 @@ mod tests {
         }
     }
 
-    fn reason(plan: Plan) -> &'static str {
+    fn decide(kind: &str, dm: &DockerMachine, o: &Owners) -> PlanOf<Machines> {
+        crate::controllers::kit::lifecycle::decide::<Machines>(kind, dm, o)
+    }
+
+    fn reason(plan: PlanOf<Machines>) -> &'static str {
         match plan {
             Plan::Normal(Normal::Wait(d)) => d.reason,
             other => panic!("not a wait: {other:?}"),
@@ -294,10 +274,7 @@ mod tests {
         );
         assert_eq!(
             decide("DevMachine", &view, &Owners::default()),
-            Plan::Unserved {
-                backend: "inMemory".into(),
-                deleting: false
-            },
+            Plan::Gate(Gate::Unserved("inMemory".into())),
             "no owners needed to say so"
         );
     }
@@ -308,12 +285,12 @@ mod tests {
         orphan.metadata.owner_references = None;
         assert_eq!(
             decide("DockerMachine", &orphan, &Owners::default()),
-            Plan::AwaitOwner
+            Plan::Gate(Gate::AwaitOwner)
         );
         orphan.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert_eq!(
             decide("DockerMachine", &orphan, &Owners::default()),
-            Plan::DeleteOrphan
+            Plan::Gate(Gate::Release)
         );
 
         let mut managed = dm();
@@ -321,14 +298,14 @@ mod tests {
             Some([(capi::MANAGED_BY_ANNOTATION.to_string(), "x".into())].into());
         assert_eq!(
             decide("DockerMachine", &managed, &owners(true, true, None, false)),
-            Plan::LeaveAlone
+            Plan::Gate(Gate::LeaveAlone)
         );
         managed.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         managed.metadata.finalizers = Some(vec![FINALIZER.into()]);
         assert!(
             matches!(
                 decide("DockerMachine", &managed, &owners(true, true, None, false)),
-                Plan::Delete { .. }
+                Plan::Delete(_)
             ),
             "our finalizer is honoured even when managed elsewhere"
         );
@@ -339,19 +316,17 @@ mod tests {
         let mut o = owners(true, true, Some("s"), false);
         o.cluster = None;
         assert!(
-            matches!(decide("DockerMachine", &dm(), &o), Plan::Missing(m) if m.contains("Cluster ns/c"))
+            matches!(decide("DockerMachine", &dm(), &o), Plan::Gate(Gate::Missing(m)) if m.contains("Cluster ns/c"))
         );
         o.machine = None;
         assert!(
-            matches!(decide("DockerMachine", &dm(), &o), Plan::Missing(m) if m.contains("Machine ns/m"))
+            matches!(decide("DockerMachine", &dm(), &o), Plan::Gate(Gate::Missing(m)) if m.contains("Machine ns/m"))
         );
         let mut deleting = dm();
         deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert_eq!(
             decide("DockerMachine", &deleting, &o),
-            Plan::Delete {
-                cluster_name: Some("c".into())
-            }
+            Plan::Delete(Some("c".into()))
         );
     }
 
@@ -359,12 +334,14 @@ mod tests {
     fn paused_wins_over_everything_but_ownership() {
         let mut o = owners(true, true, Some("s"), false);
         Arc::make_mut(o.cluster.as_mut().unwrap()).spec.paused = Some(true);
-        assert!(matches!(decide("DockerMachine", &dm(), &o), Plan::Paused(why) if why.len() == 1));
+        assert!(
+            matches!(decide("DockerMachine", &dm(), &o), Plan::Gate(Gate::Paused(why)) if why.len() == 1)
+        );
         let mut deleting = dm();
         deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert!(matches!(
             decide("DockerMachine", &deleting, &o),
-            Plan::Paused(_)
+            Plan::Gate(Gate::Paused(_))
         ));
     }
 
@@ -453,7 +430,7 @@ mod tests {
                 p
             }] {
                 match decide("DockerMachine", &view, &o) {
-                    Plan::NotMachineInfrastructure(d) => {
+                    Plan::Gate(Gate::NotInfrastructure(d)) => {
                         assert_eq!(d.type_, types::CONTAINER_PROVISIONED);
                         assert_eq!(d.reason, reasons::NOT_MACHINE_INFRASTRUCTURE);
                         assert!(d.message.contains("ns/m"), "{}", d.message);
@@ -479,7 +456,7 @@ mod tests {
         impostor.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert!(matches!(
             decide("DockerMachine", &impostor, &o),
-            Plan::Delete { .. }
+            Plan::Delete(_)
         ));
     }
 }

@@ -1,55 +1,31 @@
-//! Deleting a DockerMachine: leave the load balancer (control plane), remove the node
-//! container, and only then let the object go.
-use chrono::Utc;
-use kube::{ResourceExt, runtime::controller::Action};
+//! Deleting a DockerMachine: leave the load balancer (control plane) and remove the node
+//! container; the lifecycle lets the object go once this succeeds.
+use kube::ResourceExt;
 use tracing::info;
 
 use super::{
-    FINALIZER, Owners,
-    decide::Bound,
-    provision::{adoption_claim, sync_load_balancer},
+    backends,
+    decide::{Bound, Owners},
+    node::adoption_claim,
 };
 use crate::{
-    api::{
-        DockerMachine, DockerMachineStatus,
-        conditions::{self, Desired, reasons, types},
-    },
-    controllers::{
+    api::DockerMachine,
+    controllers::kit::{
         context::Context,
         error::{Error, Result},
-        patch::Patcher,
     },
     docker::{adoption, labels, naming},
 };
 
-pub(super) async fn reconcile(
+/// Remove the machine's node containers (after leaving the load balancer with each).
+pub(super) async fn containers(
     dm: &DockerMachine,
     owners: &Owners,
     cluster_name: Option<&str>,
     ctx: &Context,
-    patcher: &mut Patcher<'_>,
-    mut status: DockerMachineStatus,
-) -> Result<Action> {
+) -> Result<()> {
     let uid = dm.uid().unwrap_or_default();
     ctx.bootstraps.cancel(&uid);
-    let now = Utc::now();
-    for d in [
-        Desired::false_(
-            types::CONTAINER_PROVISIONED,
-            reasons::DELETING,
-            "Deleting the node container",
-        ),
-        Desired::false_(types::READY, reasons::DELETING, "Deleting"),
-    ] {
-        conditions::set(
-            status.conditions.get_or_insert_with(Vec::new),
-            &d,
-            dm.metadata.generation,
-            now,
-        );
-    }
-    patcher.status(dm.status.as_ref(), &status).await?;
-
     let ns = dm.namespace().unwrap_or_default();
     let dm_name = dm.name_any();
     // Which containers are this machine's: every one labelled with its UID (whatever its name:
@@ -81,7 +57,11 @@ pub(super) async fn reconcile(
                     .filter(|r| [labels::ROLE_CONTROL_PLANE, labels::ROLE_WORKER].contains(r))
             });
             role.is_some_and(|role| {
-                adoption::decide(c, &adoption_claim(dm, ctx, cluster, &name, role)).is_usable()
+                adoption::decide(
+                    c,
+                    &adoption_claim(dm, &ctx.settings.network, cluster, &name, role),
+                )
+                .is_usable()
             })
         };
         if !doomed.iter().any(|c| c.name == name)
@@ -110,7 +90,7 @@ pub(super) async fn reconcile(
         };
         if let Some(b) = &bound {
             // Leave the LB before the container goes (a missing LB is fine).
-            sync_load_balancer(b, owners, ctx, Some(&name)).await?;
+            backends::sync(b, owners, ctx, Some(&name)).await?;
         }
         info!(container = %name, "removing node container");
         ctx.runtime.remove(&name).await?;
@@ -120,32 +100,10 @@ pub(super) async fn reconcile(
         if let Some(b) = &bound {
             // Again once it is gone: a concurrent DockerCluster sync may have seen it running
             // in between and put it back.
-            sync_load_balancer(b, owners, ctx, Some(&name)).await?;
+            backends::sync(b, owners, ctx, Some(&name)).await?;
         }
     }
-    let_go(dm, ctx, patcher).await
-}
-
-/// Deleted before it ever had a Machine or Cluster: remove every container labelled with this
-/// object's UID, then let go.
-pub(super) async fn orphan(
-    dm: &DockerMachine,
-    ctx: &Context,
-    patcher: &mut Patcher<'_>,
-) -> Result<Action> {
-    let uid = dm.uid().unwrap_or_default();
-    ctx.bootstraps.cancel(&uid);
-    crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
-    let_go(dm, ctx, patcher).await
-}
-
-async fn let_go(dm: &DockerMachine, ctx: &Context, patcher: &mut Patcher<'_>) -> Result<Action> {
-    patcher.remove_finalizer(dm, FINALIZER).await?;
-    ctx.forget(
-        &crate::controllers::key(ctx.kinds.machine, dm),
-        &dm.uid().unwrap_or_default(),
-    );
-    Ok(Action::await_change())
+    Ok(())
 }
 
 /// The owner Machine's name (the container is named after it).

@@ -7,22 +7,26 @@ use kube::{ResourceExt, runtime::controller::Action};
 use serde_json::json;
 use tracing::{debug, info};
 
-use super::{Owners, decide::Bound};
+use super::{
+    backends, bootstrap as machine_bootstrap,
+    decide::{Bound, Owners, Status},
+    node::{self, Provisioned},
+};
 use crate::{
     api::{
-        DockerMachine, DockerMachineStatus, Initialization, MachineAddress, MachineAddressType,
+        DockerMachine, Initialization, MachineAddress, MachineAddressType,
         conditions::{self, Desired, reasons, types},
     },
     capi::{self, IpFamily},
     controllers::{
-        backoff::{RestartDecision, restart_delay, restarting_message},
-        context::Context,
-        error::{Error, Result},
-        load_balancer::{self, LbTarget, SyncOutcome},
-        machine_bootstrap,
-        node::{self, Provisioned},
-        patch::Patcher,
-        workload,
+        kit::{
+            backoff::{RestartDecision, restart_delay, restarting_message},
+            context::Context,
+            error::{Error, Result},
+            patch::Patcher,
+            workload,
+        },
+        load_balancer::SyncOutcome,
     },
     docker::{
         BindMount, ContainerInfo, NetworkSpec, RuntimeError, adoption, host_paths::HostPathPolicy,
@@ -63,15 +67,6 @@ fn endpoint(host: Option<&str>, port: Option<i32>) -> Option<workload::Endpoint>
     })
 }
 
-fn set(status: &mut DockerMachineStatus, dm: &DockerMachine, d: Desired) {
-    conditions::set(
-        status.conditions.get_or_insert_with(Vec::new),
-        &d,
-        dm.metadata.generation,
-        chrono::Utc::now(),
-    );
-}
-
 fn owner<'a>(ctx: &Context, b: &'a Bound, dm_name: &'a str, uid: &'a str) -> labels::Owner<'a> {
     labels::Owner {
         cluster_name: &b.cluster_name,
@@ -91,29 +86,6 @@ fn conflict(name: &str, why: impl std::fmt::Display) -> Error {
     )
 }
 
-/// Re-sync the cluster's LB backends, for a control-plane machine only. An unusable custom
-/// haproxy config (the DockerCluster's condition says why) means: leave the LB alone.
-pub(super) async fn sync_load_balancer(
-    b: &Bound,
-    owners: &Owners,
-    ctx: &Context,
-    exclude: Option<&str>,
-) -> Result<SyncOutcome> {
-    let target = LbTarget::resolve(
-        ctx,
-        &b.namespace,
-        &b.cluster_name,
-        owners.docker_cluster.as_deref(),
-        Some(&b.cluster),
-    )
-    .await;
-    match target {
-        Ok(target) => load_balancer::sync_backends(ctx, &target, exclude).await,
-        Err(Error::Blocked(_)) => Ok(SyncOutcome::NoLoadBalancer),
-        Err(e) => Err(e),
-    }
-}
-
 /// A provisioned machine: report the container as it is, and start it again if it stopped
 /// (an engine restart stops every container; the node's state is in it, so it is never
 /// recreated).
@@ -123,7 +95,7 @@ pub(super) async fn refresh(
     owners: &Owners,
     ctx: &Context,
     patcher: &mut Patcher<'_>,
-    status: &mut DockerMachineStatus,
+    status: &mut Status,
 ) -> Result<Action> {
     status.initialization = Some(Initialization {
         provisioned: Some(true),
@@ -132,14 +104,11 @@ pub(super) async fn refresh(
     status.failure_domain = b.machine.failure_domain().map(str::to_string);
     let control_plane = b.machine.is_control_plane();
     if control_plane && b.leaves_load_balancer() {
-        sync_load_balancer(b, owners, ctx, None).await?;
+        backends::sync(b, owners, ctx, None).await?;
     }
-    if !conditions::is_true(
-        status.conditions.as_deref().unwrap_or_default(),
-        types::BOOTSTRAP_COMPLETED,
-    ) {
+    if !conditions::is_true(status.conditions(), types::BOOTSTRAP_COMPLETED) {
         for d in machine_bootstrap::completed() {
-            set(status, dm, d);
+            status.set(&d);
         }
     }
     let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());
@@ -150,7 +119,7 @@ pub(super) async fn refresh(
     } else {
         labels::ROLE_WORKER
     };
-    let claim = adoption_claim(dm, ctx, &b.cluster_name, &name, role);
+    let claim = node::adoption_claim(dm, &ctx.settings.network, &b.cluster_name, &name, role);
     let found = node::found_or_adopted(ctx.runtime.inspect(&name).await?, &owner, &claim);
     if let node::Found::Ours(c) = &found {
         record_adoption(dm, patcher, c, &owner).await?;
@@ -159,17 +128,13 @@ pub(super) async fn refresh(
         Provisioned::Alive(c) => c,
         Provisioned::Conflict(why) => return Err(conflict(&name, why)),
         Provisioned::Gone => {
-            set(
-                status,
-                dm,
-                Desired::false_(
-                    types::CONTAINER_PROVISIONED,
-                    reasons::NOT_PROVISIONED,
-                    format!(
-                        "Container {name} does not exist anymore; delete the Machine to replace it"
-                    ),
+            status.set(&Desired::false_(
+                types::CONTAINER_PROVISIONED,
+                reasons::NOT_PROVISIONED,
+                format!(
+                    "Container {name} does not exist anymore; delete the Machine to replace it"
                 ),
-            );
+            ));
             return Ok(Action::requeue(ctx.settings.resync));
         }
         Provisioned::Start(c) => {
@@ -178,7 +143,7 @@ pub(super) async fn refresh(
             let key = crate::controllers::key(ctx.kinds.machine, dm);
             match ctx.restarts.decide(&key, c.ran_for()) {
                 RestartDecision::Wait { wait, starts } => {
-                    set(status, dm, restarting(&name, &c, starts, Some(wait)));
+                    status.set(&restarting(&name, &c, starts, Some(wait)));
                     return Ok(Action::requeue(wait));
                 }
                 RestartDecision::Start { starts } => {
@@ -187,12 +152,12 @@ pub(super) async fn refresh(
                     ctx.runtime.start(&name).await?;
                     if control_plane {
                         // It may have a new address; it must be a backend again either way.
-                        sync_load_balancer(b, owners, ctx, None).await?;
+                        backends::sync(b, owners, ctx, None).await?;
                     }
                     let after = ctx.runtime.inspect(&name).await?.unwrap_or(c);
                     if !after.is_alive() {
                         let wait = restart_delay(starts + 1);
-                        set(status, dm, restarting(&name, &after, starts, Some(wait)));
+                        status.set(&restarting(&name, &after, starts, Some(wait)));
                         return Ok(Action::requeue(wait.max(NODE_RETRY)));
                     }
                     after
@@ -206,34 +171,12 @@ pub(super) async fn refresh(
         .and_then(|t| (chrono::Utc::now() - t).to_std().ok());
     ctx.restarts
         .running_for(&crate::controllers::key(ctx.kinds.machine, dm), up);
-    set(
-        status,
-        dm,
-        Desired::true_(types::CONTAINER_PROVISIONED, reasons::PROVISIONED),
-    );
+    status.set(&Desired::true_(
+        types::CONTAINER_PROVISIONED,
+        reasons::PROVISIONED,
+    ));
     status.addresses = Some(machine_addresses(&container, b.cluster.ip_family().ok()));
     Ok(Action::requeue(ctx.settings.resync))
-}
-
-/// What a DockerMachine says about the upstream CAPD container named `name` (see
-/// [`adoption::decide`]): upstream set its providerID to that container when it provisioned it.
-pub(super) fn adoption_claim<'a>(
-    dm: &'a DockerMachine,
-    ctx: &'a Context,
-    cluster_name: &'a str,
-    name: &str,
-    role: &'a str,
-) -> adoption::Claim<'a> {
-    adoption::Claim {
-        cluster_name,
-        role,
-        network: &ctx.settings.network,
-        recorded: dm
-            .annotations()
-            .get(adoption::ADOPTED_CONTAINER)
-            .map(String::as_str),
-        provisioned_on: dm.spec.provider_id.as_deref() == Some(naming::provider_id(name).as_str()),
-    }
 }
 
 /// The first time a machine uses an upstream CAPD container, its ID goes into the
@@ -281,12 +224,12 @@ pub(super) struct Provisioning<'a, 'w> {
 }
 
 impl Provisioning<'_, '_> {
-    pub async fn run(&mut self, status: &mut DockerMachineStatus) -> Result<Action> {
+    pub async fn run(&mut self, status: &mut Status) -> Result<Action> {
         let (b, dm, ctx) = (self.bound, self.dm, self.ctx);
         let name = naming::machine_container_name(&b.cluster_name, &b.machine.name_any());
         let control_plane = b.machine.is_control_plane();
         if control_plane && b.leaves_load_balancer() {
-            sync_load_balancer(b, self.owners, ctx, None).await?;
+            backends::sync(b, self.owners, ctx, None).await?;
         }
 
         let (dm_name, uid) = (dm.name_any(), dm.uid().unwrap_or_default());
@@ -301,14 +244,13 @@ impl Provisioning<'_, '_> {
             let (c, fresh) = self.use_or_create(found, &owner, &name, status).await?;
             (Some(c), fresh)
         };
-        set(
-            status,
-            dm,
-            Desired::true_(types::CONTAINER_PROVISIONED, reasons::PROVISIONED),
-        );
+        status.set(&Desired::true_(
+            types::CONTAINER_PROVISIONED,
+            reasons::PROVISIONED,
+        ));
 
         if control_plane && !status.load_balancer_configured {
-            let outcome = sync_load_balancer(b, self.owners, ctx, None).await?;
+            let outcome = backends::sync(b, self.owners, ctx, None).await?;
             status.load_balancer_configured = matches!(
                 outcome,
                 SyncOutcome::Reloaded { .. } | SyncOutcome::Unchanged
@@ -374,7 +316,7 @@ impl Provisioning<'_, '_> {
         found: node::Found,
         owner: &labels::Owner<'_>,
         name: &str,
-        status: &mut DockerMachineStatus,
+        status: &mut Status,
     ) -> Result<(ContainerInfo, bool)> {
         let (dm, ctx) = (self.dm, self.ctx);
         let uid = dm.uid().unwrap_or_default();
@@ -382,7 +324,7 @@ impl Provisioning<'_, '_> {
         let inputs = node::bootstrap_inputs(dm.metadata.generation, self.secret_name);
         let reported = dm
             .annotations()
-            .get(machine_bootstrap::STOPPED_DURING_BOOTSTRAP)
+            .get(crate::api::STOPPED_DURING_BOOTSTRAP)
             .map(String::as_str);
         Ok(match node::provisioning(found, began) {
             node::Provisioning::Use(c) => (c, false),
@@ -417,17 +359,13 @@ impl Provisioning<'_, '_> {
                     reasons::NODE_STOPPED_DURING_BOOTSTRAP,
                     message.clone(),
                 ) {
-                    set(status, dm, d);
+                    status.set(&d);
                 }
-                set(
-                    status,
-                    dm,
-                    Desired::false_(
-                        types::CONTAINER_PROVISIONED,
-                        reasons::NOT_PROVISIONED,
-                        format!("Container {name} is stopped (see BootstrapCompleted)"),
-                    ),
-                );
+                status.set(&Desired::false_(
+                    types::CONTAINER_PROVISIONED,
+                    reasons::NOT_PROVISIONED,
+                    format!("Container {name} is stopped (see BootstrapCompleted)"),
+                ));
                 // A change of the DockerMachine or the Machine triggers a pass at once; the
                 // resync only re-reads the same inputs.
                 return Err(Error::blocked(
@@ -448,7 +386,7 @@ impl Provisioning<'_, '_> {
         &mut self,
         owner: &labels::Owner<'_>,
         name: &str,
-        status: &mut DockerMachineStatus,
+        status: &mut Status,
     ) -> Result<(ContainerInfo, bool)> {
         self.ctx.runtime.remove(name).await?;
         machine_bootstrap::reset(self.dm, self.patcher, self.ctx, status).await?;

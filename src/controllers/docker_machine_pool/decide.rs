@@ -11,6 +11,7 @@ use crate::{
         conditions::{Desired, reasons, types},
     },
     capi::{self, Cluster, DELETE_MACHINE_ANNOTATION, Machine, MachinePool},
+    controllers::kit::lifecycle::{Decide, Facts},
 };
 
 /// What a pool reconcile reads, fetched once.
@@ -24,26 +25,26 @@ pub struct Fetched {
     pub machines: Vec<Machine>,
 }
 
+/// What a pool that is not being deleted does.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Plan {
-    LeaveAlone,
-    AwaitOwner,
-    /// Deleted before it had an owner: nothing was created for it.
-    DeleteOrphan,
-    Missing(String),
-    Paused(Vec<String>),
-    /// Delete these Machines (and with them their instances and nodes), then look again.
-    Delete(Vec<String>),
-    /// Being deleted and no Machine of the pool is left: let go. Instances that never got a
-    /// Machine go with the pool (owner reference).
-    Released,
+pub enum Normal {
     /// The MachinePool has no bootstrap data yet: nothing to boot instances from.
     AwaitBootstrapData,
-    /// Owned by a MachinePool whose infrastructureRef names another object: no instance is
-    /// made from its bootstrap data; the message says whom it names.
-    NotMachinePoolInfrastructure(String),
-    Scale(Scale),
+    Scale(Box<Scale>),
 }
+
+/// What a pool being deleted does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Delete {
+    /// Delete these Machines (and with them their instances and nodes), then look again.
+    Remove(Vec<String>),
+    /// No Machine of the pool is left: let go. Instances that never got a Machine go with the
+    /// pool (owner reference).
+    Release,
+}
+
+/// The MachinePool and its Cluster, both present.
+pub type Bound = (Arc<MachinePool>, Arc<Cluster>);
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scale {
@@ -65,34 +66,51 @@ pub struct Scale {
     pub replicas_ready: Desired,
 }
 
-/// Pure: the plan for `dmp` (of kind `kind`) from what [`super::fetch`] read.
-pub fn decide(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Plan {
-    let deleting = dmp.metadata.deletion_timestamp.is_some();
-    let owner = match capi::ownership(&dmp.metadata, FINALIZER, "MachinePool") {
-        capi::Ownership::External => return Plan::LeaveAlone,
-        capi::Ownership::Unowned { deleting: true } => return Plan::DeleteOrphan,
-        capi::Ownership::Unowned { deleting: false } => return Plan::AwaitOwner,
-        capi::Ownership::Owned(owner) => owner,
-    };
-    let ns = dmp.namespace().unwrap_or_default();
-    if !deleting {
-        let Some(mp) = &f.machine_pool else {
-            return Plan::Missing(format!("owner MachinePool {ns}/{owner} not found"));
-        };
-        if f.cluster.is_none() {
-            return Plan::Missing(format!(
-                "Cluster {ns}/{} of MachinePool {owner} not found",
-                mp.cluster_name().unwrap_or("<none>")
-            ));
-        }
+/// The DockerMachinePool (DevMachinePool) controller.
+pub struct Pools;
+
+impl Decide for Pools {
+    type Object = DockerMachinePool;
+    type Fetched = Fetched;
+    type Bound = Bound;
+    type Normal = Normal;
+    type Delete = Delete;
+
+    const FINALIZER: &'static str = FINALIZER;
+    const OWNER_KIND: &'static str = "MachinePool";
+
+    fn facts(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Facts<Bound> {
+        facts(kind, dmp, f)
     }
-    if !deleting
-        && let Some(mp) = &f.machine_pool
-        && mp
+
+    fn decide_normal(dmp: &DockerMachinePool, f: &Fetched, bound: Bound) -> Normal {
+        normal(dmp, f, bound)
+    }
+
+    fn decide_delete(_: &DockerMachinePool, f: &Fetched) -> Delete {
+        delete(f)
+    }
+}
+
+/// Pure: what the lifecycle's gate reads of a pool's owners.
+pub fn facts(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Facts<Bound> {
+    let ns = dmp.namespace().unwrap_or_default();
+    let owner = capi::capi_owner(&dmp.metadata, "MachinePool").map_or("", |o| o.name.as_str());
+    let bound = match (&f.machine_pool, &f.cluster) {
+        (None, _) => Err(format!("owner MachinePool {ns}/{owner} not found")),
+        (Some(mp), None) => Err(format!(
+            "Cluster {ns}/{} of MachinePool {owner} not found",
+            mp.cluster_name().unwrap_or("<none>")
+        )),
+        (Some(mp), Some(cluster)) => Ok((mp.clone(), cluster.clone())),
+    };
+    let named_elsewhere = f.machine_pool.as_ref().and_then(|mp| {
+        let named = mp
             .infrastructure_ref()
-            .and_then(|r| r.name_if(crate::api::GROUP, kind))
-            != Some(dmp.name_any().as_str())
-    {
+            .and_then(|r| r.name_if(crate::api::GROUP, kind));
+        if named == Some(dmp.name_any().as_str()) {
+            return None;
+        }
         let whom = mp.infrastructure_ref().map_or("nothing".to_string(), |r| {
             format!(
                 "{} {}",
@@ -100,42 +118,50 @@ pub fn decide(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Plan {
                 r.name.as_deref().unwrap_or("<no name>")
             )
         });
-        return Plan::NotMachinePoolInfrastructure(format!(
-            "MachinePool {ns}/{owner} owns this {kind} but its infrastructureRef names {whom}: \
-             no instances are made (they would get that MachinePool's bootstrap data)"
-        ));
+        Some(Desired::false_(
+            types::REPLICAS_READY,
+            reasons::NOT_MACHINE_INFRASTRUCTURE,
+            format!(
+                "MachinePool {ns}/{owner} owns this {kind} but its infrastructureRef names {whom}: \
+                 no instances are made (they would get that MachinePool's bootstrap data)"
+            ),
+        ))
+    });
+    Facts {
+        bound,
+        named_elsewhere,
+        cluster: f.cluster.clone(),
     }
-    let paused = capi::paused_reasons(f.cluster.as_deref(), &dmp.metadata, kind);
-    if !paused.is_empty() {
-        return Plan::Paused(paused);
+}
+
+/// Pure: which Machines a pool being deleted removes.
+pub fn delete(f: &Fetched) -> Delete {
+    if f.machines.is_empty() {
+        return Delete::Release;
     }
+    Delete::Remove(
+        f.machines
+            .iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .map(ResourceExt::name_any)
+            .collect(),
+    )
+}
+
+/// Pure: how a pool whose MachinePool and Cluster exist scales.
+pub fn normal(dmp: &DockerMachinePool, f: &Fetched, (mp, cluster): Bound) -> Normal {
     let instances: Vec<Instance> = f.instances.iter().map(|dm| instance(dm, f)).collect();
-    if deleting {
-        if f.machines.is_empty() {
-            return Plan::Released;
-        }
-        return Plan::Delete(
-            f.machines
-                .iter()
-                .filter(|m| m.metadata.deletion_timestamp.is_none())
-                .map(ResourceExt::name_any)
-                .collect(),
-        );
-    }
-    let (Some(mp), Some(cluster)) = (&f.machine_pool, &f.cluster) else {
-        unreachable!("checked above")
-    };
     if mp.data_secret_name().is_none() {
-        return Plan::AwaitBootstrapData;
+        return Normal::AwaitBootstrapData;
     }
-    let hash = template_hash(dmp, mp);
-    Plan::Scale(scale(
+    let hash = template_hash(dmp, &mp);
+    Normal::Scale(Box::new(scale(
         mp.replicas(),
         &hash,
         &instances,
         cluster.name_any(),
         mp.name_any(),
-    ))
+    )))
 }
 
 /// One instance as scaling sees it.
@@ -294,7 +320,12 @@ mod tests {
     use crate::{
         api::{DockerMachineSpec, DockerMachineStatus, Initialization},
         capi::{ClusterSpec, MachineSpec},
+        controllers::kit::lifecycle::{Gate, Plan, PlanOf},
     };
+
+    fn decide(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> PlanOf<Pools> {
+        crate::controllers::kit::lifecycle::decide::<Pools>(kind, dmp, f)
+    }
 
     fn ts(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -370,9 +401,9 @@ mod tests {
         }
     }
 
-    fn plan_scale(p: Plan) -> Scale {
+    fn plan_scale(p: PlanOf<Pools>) -> Scale {
         match p {
-            Plan::Scale(s) => s,
+            Plan::Normal(Normal::Scale(s)) => *s,
             other => panic!("expected Scale, got {other:?}"),
         }
     }
@@ -388,7 +419,8 @@ mod tests {
         let mut impostor = pool();
         impostor.metadata.name = Some("impostor".into());
         match decide("DockerMachinePool", &impostor, &f) {
-            Plan::NotMachinePoolInfrastructure(m) => {
+            Plan::Gate(Gate::NotInfrastructure(d)) => {
+                let m = d.message;
                 assert!(
                     m.contains("ns/mp") && m.contains("DockerMachinePool pool"),
                     "{m}"
@@ -398,11 +430,11 @@ mod tests {
         }
         assert!(matches!(
             decide("DevMachinePool", &pool(), &f),
-            Plan::NotMachinePoolInfrastructure(_)
+            Plan::Gate(Gate::NotInfrastructure(_))
         ));
         assert!(matches!(
             decide("DockerMachinePool", &pool(), &f),
-            Plan::Scale(_)
+            Plan::Normal(Normal::Scale(_))
         ));
     }
 
@@ -412,10 +444,10 @@ mod tests {
         unowned.metadata.owner_references = None;
         assert_eq!(
             decide("DockerMachinePool", &unowned, &Fetched::default()),
-            Plan::AwaitOwner
+            Plan::Gate(Gate::AwaitOwner)
         );
         assert!(
-            matches!(decide("DockerMachinePool", &pool(), &Fetched::default()), Plan::Missing(m) if m.contains("ns/mp"))
+            matches!(decide("DockerMachinePool", &pool(), &Fetched::default()), Plan::Gate(Gate::Missing(m)) if m.contains("ns/mp"))
         );
         let mut f = fetched(1, "v1.35.4", vec![]);
         let mut no_data = (*machine_pool(1, "v1.35.4")).clone();
@@ -425,14 +457,14 @@ mod tests {
         f.machine_pool = Some(Arc::new(no_data));
         assert_eq!(
             decide("DockerMachinePool", &pool(), &f),
-            Plan::AwaitBootstrapData
+            Plan::Normal(Normal::AwaitBootstrapData)
         );
         let mut paused = pool();
         paused.metadata.annotations =
             Some([(capi::PAUSED_ANNOTATION.into(), String::new())].into());
         assert!(matches!(
             decide("DockerMachinePool", &paused, &f),
-            Plan::Paused(_)
+            Plan::Gate(Gate::Paused(_))
         ));
     }
 
@@ -573,17 +605,20 @@ mod tests {
         f.machines[1].metadata.deletion_timestamp = Some(ts(9));
         assert_eq!(
             decide("DockerMachinePool", &p, &f),
-            Plan::Delete(vec!["a".into()]),
+            Plan::Delete(Delete::Remove(vec!["a".into()])),
             "b is going already"
         );
         f.machines.remove(0);
         assert_eq!(
             decide("DockerMachinePool", &p, &f),
-            Plan::Delete(vec![]),
+            Plan::Delete(Delete::Remove(vec![])),
             "b is still draining"
         );
         f.machines.clear();
-        assert_eq!(decide("DockerMachinePool", &p, &f), Plan::Released);
+        assert_eq!(
+            decide("DockerMachinePool", &p, &f),
+            Plan::Delete(Delete::Release)
+        );
     }
 
     #[test]

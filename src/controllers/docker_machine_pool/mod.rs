@@ -14,11 +14,9 @@ pub mod decide;
 
 use std::{
     hash::{BuildHasher, Hasher},
-    sync::Arc,
     time::Duration,
 };
 
-use chrono::Utc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, ResourceExt,
@@ -26,11 +24,19 @@ use kube::{
     runtime::controller::Action,
 };
 use serde_json::json;
-use tracing::{Instrument, info, info_span};
+use tracing::info;
 
-use decide::{Fetched, Plan, Scale};
+pub use decide::Pools;
+use decide::{Delete, Fetched, Normal, Scale};
 
-use super::{caches, context::Context, error::Result, kinds::Kinds, patch::Patcher};
+use super::kit::{
+    caches,
+    context::Context,
+    error::Result,
+    kinds::Kinds,
+    lifecycle::{Deleted, Reconciler, Step},
+    patch::Patcher,
+};
 use crate::{
     api::{
         API_VERSION, DockerMachine, DockerMachinePool, DockerMachinePoolStatus, DockerMachineSpec,
@@ -58,17 +64,74 @@ fn recheck(ctx: &Context, dmp: &DockerMachinePool) -> Duration {
         .max(SCALING_RECHECK)
 }
 
-pub async fn reconcile(dmp: Arc<DockerMachinePool>, ctx: Arc<Context>) -> Result<Action> {
-    let ns = dmp.namespace().unwrap_or_default();
-    let owner = capi::capi_owner(&dmp.metadata, "MachinePool").map(|o| o.name.clone());
-    let span = info_span!("reconcile", kind = ctx.kinds.pool, namespace = %ns, name = %dmp.name_any(), machine_pool = owner.as_deref().unwrap_or(""));
-    async move {
-        let fetched = fetch(&dmp, &ctx).await?;
-        let plan = decide::decide(ctx.kinds.pool, &dmp, &fetched);
-        act(plan, &dmp, &ctx).await
+impl Reconciler for Pools {
+    type Status = DockerMachinePoolStatus;
+
+    const PRIMARY: &'static str = types::REPLICAS_READY;
+    const DELETING: &'static str = "Deleting the instances";
+    const READY_FROM: &'static [&'static str] = &[types::REPLICAS_READY];
+
+    fn kind(kinds: Kinds) -> &'static str {
+        kinds.pool
     }
-    .instrument(span)
-    .await
+
+    fn status(dmp: &DockerMachinePool) -> Option<&DockerMachinePoolStatus> {
+        dmp.status.as_ref()
+    }
+
+    async fn fetch(dmp: &DockerMachinePool, ctx: &Context) -> Result<Fetched> {
+        fetch(dmp, ctx).await
+    }
+
+    /// A pool makes no containers: its instances are DockerMachines, which it owns.
+    async fn release(_: &DockerMachinePool, _: &Context) -> Result<()> {
+        Ok(())
+    }
+
+    async fn normal(step: &mut Step<'_, Self>, plan: Normal) -> Result<Action> {
+        let (dmp, ctx) = (step.obj, step.ctx);
+        let s = match plan {
+            Normal::AwaitBootstrapData => {
+                step.report.set(&Desired::false_(
+                    types::REPLICAS_READY,
+                    reasons::WAITING_FOR_BOOTSTRAP_DATA,
+                    "Waiting for the MachinePool's bootstrap data",
+                ));
+                return Ok(Action::requeue(ctx.settings.resync));
+            }
+            Normal::Scale(s) => s,
+        };
+        let ns = dmp.namespace().unwrap_or_default();
+        create(&s, dmp, &ns, ctx).await?;
+        remove(&s.delete, &ns, ctx).await?;
+        write_spec(&mut step.patcher, dmp, &s).await?;
+        let status = &mut step.report;
+        status.replicas = i32::try_from(s.replicas).unwrap_or(i32::MAX);
+        // Sticky, as upstream's: CAPI core stops copying providerIDList while it is false.
+        status.ready = status.ready || s.all_have_provider_ids;
+        status.infrastructure_machine_kind = Some(ctx.kinds.machine.into());
+        status.observed_generation = dmp.metadata.generation;
+        status.set(&s.replicas_ready);
+        if s.replicas_ready.status == conditions::ConditionStatus::True {
+            ctx.waits.reset(&step.key());
+            Ok(Action::requeue(ctx.settings.resync))
+        } else {
+            Ok(Action::requeue(recheck(ctx, dmp)))
+        }
+    }
+
+    async fn delete(step: &mut Step<'_, Self>, plan: Delete) -> Result<Deleted> {
+        match plan {
+            Delete::Release => Ok(Deleted::Released),
+            Delete::Remove(machines) => {
+                let ns = step.obj.namespace().unwrap_or_default();
+                remove(&machines, &ns, step.ctx).await?;
+                Ok(Deleted::Pending(Action::requeue(recheck(
+                    step.ctx, step.obj,
+                ))))
+            }
+        }
+    }
 }
 
 async fn fetch(dmp: &DockerMachinePool, ctx: &Context) -> Result<Fetched> {
@@ -114,108 +177,6 @@ async fn fetch(dmp: &DockerMachinePool, ctx: &Context) -> Result<Fetched> {
         instances,
         machines,
     })
-}
-
-async fn act(plan: Plan, dmp: &DockerMachinePool, ctx: &Context) -> Result<Action> {
-    let ns = dmp.namespace().unwrap_or_default();
-    let mut patcher = Patcher::new(
-        Kinds::api(ctx.kinds.pool, &ctx.client, &ns),
-        dmp,
-        &ctx.own_writes,
-    );
-    let mut status = dmp.status.clone().unwrap_or_default();
-    let generation = dmp.metadata.generation;
-    let set = |status: &mut DockerMachinePoolStatus, d: &Desired| {
-        conditions::set(
-            status.conditions.get_or_insert_with(Vec::new),
-            d,
-            generation,
-            Utc::now(),
-        );
-    };
-    let not_paused = conditions::paused(&[]);
-    let action = match plan {
-        Plan::LeaveAlone => return Ok(Action::await_change()),
-        Plan::AwaitOwner => {
-            info!("waiting for the MachinePool controller to set the owner reference");
-            return Ok(Action::requeue(ctx.settings.resync));
-        }
-        Plan::DeleteOrphan | Plan::Released => {
-            patcher.remove_finalizer(dmp, FINALIZER).await?;
-            ctx.forget(
-                &super::key(ctx.kinds.pool, dmp),
-                &dmp.uid().unwrap_or_default(),
-            );
-            return Ok(Action::await_change());
-        }
-        Plan::Missing(message) => return Err(super::error::Error::Missing(message)),
-        Plan::NotMachinePoolInfrastructure(message) => {
-            info!(%message, "not the MachinePool's infrastructure: no instances");
-            set(&mut status, &not_paused);
-            set(
-                &mut status,
-                &Desired::false_(
-                    types::REPLICAS_READY,
-                    reasons::NOT_MACHINE_INFRASTRUCTURE,
-                    message,
-                ),
-            );
-            Action::requeue(ctx.settings.resync)
-        }
-        Plan::Paused(why) => {
-            set(&mut status, &conditions::paused(&why));
-            Action::requeue(ctx.settings.resync)
-        }
-        Plan::Delete(machines) => {
-            set(&mut status, &not_paused);
-            set(
-                &mut status,
-                &Desired::false_(types::READY, reasons::DELETING, "Deleting the instances"),
-            );
-            remove(&machines, &ns, ctx).await?;
-            Action::requeue(recheck(ctx, dmp))
-        }
-        Plan::AwaitBootstrapData => {
-            set(&mut status, &not_paused);
-            patcher.add_finalizer(dmp, FINALIZER).await?;
-            set(
-                &mut status,
-                &Desired::false_(
-                    types::REPLICAS_READY,
-                    reasons::WAITING_FOR_BOOTSTRAP_DATA,
-                    "Waiting for the MachinePool's bootstrap data",
-                ),
-            );
-            Action::requeue(ctx.settings.resync)
-        }
-        Plan::Scale(s) => {
-            set(&mut status, &not_paused);
-            patcher.add_finalizer(dmp, FINALIZER).await?;
-            create(&s, dmp, &ns, ctx).await?;
-            remove(&s.delete, &ns, ctx).await?;
-            write_spec(&mut patcher, dmp, &s).await?;
-            status.replicas = i32::try_from(s.replicas).unwrap_or(i32::MAX);
-            // Sticky, as upstream's: CAPI core stops copying providerIDList while it is false.
-            status.ready = status.ready || s.all_have_provider_ids;
-            status.infrastructure_machine_kind = Some(ctx.kinds.machine.into());
-            status.observed_generation = generation;
-            set(&mut status, &s.replicas_ready);
-            if s.replicas_ready.status == conditions::ConditionStatus::True {
-                ctx.waits.reset(&super::key(ctx.kinds.pool, dmp));
-                Action::requeue(ctx.settings.resync)
-            } else {
-                Action::requeue(recheck(ctx, dmp))
-            }
-        }
-    };
-    let conds = status.conditions.get_or_insert_with(Vec::new);
-    let ready = conditions::summarize_ready(conds, &[types::REPLICAS_READY]);
-    if dmp.metadata.deletion_timestamp.is_none() {
-        conditions::set(conds, &ready, generation, Utc::now());
-    }
-    conditions::restamp(conds, generation, patcher.observed_generation());
-    patcher.status(dmp.status.as_ref(), &status).await?;
-    Ok(action)
 }
 
 /// New instances: DockerMachines (DevMachines) named `<cluster>-<pool>-<random>` (the node

@@ -17,29 +17,27 @@ use kube::{
 use serde_json::json;
 use tracing::info;
 
-use super::{
-    bootstrap_tasks::{Finished, TaskState, WAITING_FOR_SLOT},
-    context::Context,
-    error::{Error, Result},
-    events,
-    kinds::Kinds,
+use super::decide::Status;
+use crate::api::{STARTED_AT, STOPPED_DURING_BOOTSTRAP};
+use crate::controllers::{
+    kit::{
+        bootstrap_tasks::{Finished, TaskState, WAITING_FOR_SLOT},
+        context::Context,
+        error::{Error, Result},
+        events,
+        kinds::Kinds,
+        patch::Patcher,
+    },
     load_balancer::argv,
-    patch::Patcher,
 };
 use crate::{
     api::{
-        DockerMachine, DockerMachineStatus,
+        DockerMachine,
         conditions::{self, Desired, reasons, types},
     },
     bootstrap::{self, Format, Step},
 };
 
-/// When the current bootstrap of the node container started (RFC 3339).
-pub const STARTED_AT: &str = "capd-rs.x-k8s.io/bootstrap-started-at";
-/// Set when the node container stopped while its bootstrap ran: the inputs it ran with
-/// ([`crate::controllers::node::bootstrap_inputs`]). The node is recreated once (an engine
-/// restart stops it too); after a second stop, not until they change.
-pub const STOPPED_DURING_BOOTSTRAP: &str = "capd-rs.x-k8s.io/node-stopped-during-bootstrap";
 /// How often a reconcile looks at a running bootstrap: a finished one wakes it at once, and the
 /// steps run in one exec, so there is little to report in between (every look is a container
 /// inspect and maybe a status patch, for each machine bootstrapping).
@@ -147,12 +145,12 @@ pub async fn reconcile(
     t: &Target<'_>,
     patcher: &mut Patcher<'_>,
     ctx: &Context,
-    status: &mut DockerMachineStatus,
+    status: &mut Status,
 ) -> Result<Outcome> {
     let uid = t.dm.uid().unwrap_or_default();
     let ns = t.dm.namespace().unwrap_or_default();
-    let (generation, now) = (t.dm.metadata.generation, Utc::now());
-    let conds = status.conditions.as_deref().unwrap_or_default();
+    let now = Utc::now();
+    let conds = status.conditions();
     let done = conditions::is_true(conds, types::BOOTSTRAP_COMPLETED);
     // A terminal result, on whichever of the three conditions its phase reports.
     let terminal = BOOTSTRAP_CONDITIONS.iter().any(|ty| {
@@ -162,12 +160,7 @@ pub async fn reconcile(
     });
     let mut set = |ds: [Desired; 3]| {
         for d in &ds {
-            conditions::set(
-                status.conditions.get_or_insert_with(Vec::new),
-                d,
-                generation,
-                now,
-            );
+            status.set(d);
         }
     };
     let images = image_steps(t.dm);
@@ -329,7 +322,7 @@ pub async fn reset(
     dm: &DockerMachine,
     patcher: &mut Patcher<'_>,
     ctx: &Context,
-    status: &mut DockerMachineStatus,
+    status: &mut Status,
 ) -> Result<()> {
     ctx.bootstraps.cancel(&dm.uid().unwrap_or_default());
     let annotations = dm.annotations();
@@ -343,12 +336,7 @@ pub async fn reset(
         reasons::WAITING_FOR_CONTAINER,
         "The node container was recreated".into(),
     ) {
-        conditions::set(
-            status.conditions.get_or_insert_with(Vec::new),
-            &d,
-            dm.metadata.generation,
-            Utc::now(),
-        );
+        status.set(&d);
     }
     Ok(())
 }

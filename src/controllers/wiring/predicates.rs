@@ -133,7 +133,7 @@ pub fn own_docker_cluster(dc: &DockerCluster) -> Option<u64> {
 /// one more pass per machine while a hundred bootstrap.
 pub fn own_docker_machine(dm: &crate::api::DockerMachine) -> Option<u64> {
     hash((
-        own_ignoring(dm, &[super::machine_bootstrap::STARTED_AT]),
+        own_ignoring(dm, &[crate::api::STARTED_AT]),
         dm.status
             .as_ref()
             .and_then(|s| s.initialization.as_ref())
@@ -253,10 +253,8 @@ mod tests {
     fn our_bootstrap_start_time_does_not_trigger_but_other_annotations_do() {
         let mut dm = crate::api::DockerMachine::new("m", Default::default());
         let base = own_docker_machine(&dm);
-        dm.annotations_mut().insert(
-            crate::controllers::machine_bootstrap::STARTED_AT.into(),
-            "2026-11-23T20:00:00Z".into(),
-        );
+        dm.annotations_mut()
+            .insert(crate::api::STARTED_AT.into(), "2026-11-23T20:00:00Z".into());
         assert_eq!(own_docker_machine(&dm), base);
         dm.annotations_mut()
             .insert("cluster.x-k8s.io/paused".into(), String::new());

@@ -129,7 +129,7 @@ mod tests {
     /// reach that page too, or the page shows a table this task no longer prints.
     #[test]
     fn the_docs_page_carries_this_table() {
-        let page = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/faults.md");
+        let page = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/faults.md");
         let page = fs::read_to_string(page).expect("docs/faults.md");
         let header = table(&[]);
         assert!(page.contains(&header), "docs/faults.md lacks:\n{header}");

@@ -48,13 +48,9 @@ pub fn warnings(before: &[Condition], after: &[Condition]) -> Vec<(String, Strin
 pub async fn publish(
     recorder: &Recorder,
     regarding: &ObjectReference,
-    before: Option<&Vec<Condition>>,
-    after: Option<&Vec<Condition>>,
+    before: &[Condition],
+    after: &[Condition],
 ) {
-    let (before, after) = (
-        before.map(Vec::as_slice).unwrap_or_default(),
-        after.map(Vec::as_slice).unwrap_or_default(),
-    );
     for (reason, message) in warnings(before, after) {
         let event = warning(reason, message);
         if let Err(e) = recorder.publish(&event, regarding).await {

@@ -1,6 +1,11 @@
 //! What to do with a machine's node container, decided purely from what the engine reports and
 //! whose it is. The controller acts on the answer; these functions never touch Docker.
-use crate::docker::{ContainerInfo, ContainerState, adoption, labels};
+use kube::ResourceExt;
+
+use crate::{
+    api::DockerMachine,
+    docker::{ContainerInfo, ContainerState, adoption, labels, naming},
+};
 
 /// The container with the machine's name, as far as this machine is concerned.
 // Short-lived (one per reconcile, moved straight into a decision): not worth a Box.
@@ -125,6 +130,27 @@ pub fn provisioned(found: Found) -> Provisioned {
         Found::Foreign(why) => Provisioned::Conflict(why),
         Found::Ours(c) if c.is_alive() => Provisioned::Alive(c),
         Found::Ours(c) => Provisioned::Start(c),
+    }
+}
+
+/// What a DockerMachine says about the upstream CAPD container named `name` (see
+/// [`adoption::decide`]): upstream set its providerID to that container when it provisioned it.
+pub fn adoption_claim<'a>(
+    dm: &'a DockerMachine,
+    network: &'a str,
+    cluster_name: &'a str,
+    name: &str,
+    role: &'a str,
+) -> adoption::Claim<'a> {
+    adoption::Claim {
+        cluster_name,
+        role,
+        network,
+        recorded: dm
+            .annotations()
+            .get(adoption::ADOPTED_CONTAINER)
+            .map(String::as_str),
+        provisioned_on: dm.spec.provider_id.as_deref() == Some(naming::provider_id(name).as_str()),
     }
 }
 

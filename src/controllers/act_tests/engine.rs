@@ -1,0 +1,248 @@
+//! A container engine with state, for the act tests: [`FakeRuntime`] (which records every exec
+//! and answers the ones it does not know with success) plus the containers a reconcile created,
+//! with their labels, addresses and files. It emulates exactly the execs that move files in and
+//! out of a container (`cat`, `cat > "$0"`, `test -f`, `rm -f`), so what a reconcile wrote into
+//! the load balancer can be read back as the real container would show it. Anything that needs
+//! a real node (systemd, kubeadm, the bootstrap script's effects) it does not pretend to do.
+use std::{
+    collections::BTreeMap,
+    sync::{Mutex, MutexGuard},
+};
+
+use async_trait::async_trait;
+
+use crate::docker::{
+    ContainerInfo, ContainerRuntime, ContainerSpec, ContainerState, ExecOutput, HostCapacity,
+    NetworkSpec, RuntimeError, RuntimeResult, fake::FakeRuntime,
+};
+
+#[derive(Default)]
+struct Containers {
+    by_name: BTreeMap<String, ContainerInfo>,
+    /// (container, path) -> content.
+    files: BTreeMap<(String, String), Vec<u8>>,
+    /// Every spec a create was asked for, in order.
+    created: Vec<ContainerSpec>,
+    removed: Vec<String>,
+    /// (container, signal).
+    kills: Vec<(String, String)>,
+    networks: Vec<NetworkSpec>,
+    serial: u32,
+}
+
+#[derive(Default)]
+pub struct Engine {
+    /// Records every exec (see [`FakeRuntime::calls`]).
+    pub execs: FakeRuntime,
+    state: Mutex<Containers>,
+}
+
+impl Engine {
+    fn state(&self) -> MutexGuard<'_, Containers> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A running container as a create would make it, added behind the reconcile's back
+    /// (another manager's, or a node the test needs).
+    pub fn add(&self, name: &str, labels: BTreeMap<String, String>) -> ContainerInfo {
+        let mut s = self.state();
+        let info = s.new_container(name, "test/image:1", &labels, "kind");
+        s.by_name.insert(name.to_string(), info.clone());
+        info
+    }
+
+    pub fn container(&self, name: &str) -> Option<ContainerInfo> {
+        self.state().by_name.get(name).cloned()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.state().by_name.keys().cloned().collect()
+    }
+
+    /// Set a container's state (a stopped node, say).
+    pub fn set_state(&self, name: &str, state: ContainerState) {
+        if let Some(c) = self.state().by_name.get_mut(name) {
+            c.state = Some(state);
+        }
+    }
+
+    /// A file in a container, as `cat` would show it.
+    pub fn file(&self, container: &str, path: &str) -> Option<String> {
+        let s = self.state();
+        let bytes = s.files.get(&(container.to_string(), path.to_string()))?;
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+
+    pub fn created(&self) -> Vec<ContainerSpec> {
+        self.state().created.clone()
+    }
+
+    pub fn removed(&self) -> Vec<String> {
+        self.state().removed.clone()
+    }
+
+    pub fn kills(&self) -> Vec<(String, String)> {
+        self.state().kills.clone()
+    }
+
+    pub fn networks(&self) -> Vec<NetworkSpec> {
+        self.state().networks.clone()
+    }
+}
+
+impl Containers {
+    fn new_container(
+        &mut self,
+        name: &str,
+        image: &str,
+        labels: &BTreeMap<String, String>,
+        network: &str,
+    ) -> ContainerInfo {
+        self.serial += 1;
+        let n = self.serial;
+        ContainerInfo {
+            id: format!("{n:064x}"),
+            name: name.to_string(),
+            image: image.to_string(),
+            state: Some(ContainerState::Running),
+            labels: labels.clone(),
+            ipv4: Some(format!("172.18.0.{}", n + 1)),
+            ipv6: Some(format!("fc00:f853:ccd:e793::{}", n + 1)),
+            networks: vec![network.to_string()],
+            host_ports: BTreeMap::new(),
+            exit_code: Some(0),
+            started_at: Some(chrono::Utc::now()),
+            finished_at: None,
+        }
+    }
+}
+
+fn exited(code: i64, stdout: Vec<u8>, stderr: &str) -> ExecOutput {
+    ExecOutput {
+        exit_code: code,
+        stdout,
+        stderr: stderr.as_bytes().to_vec(),
+    }
+}
+
+#[async_trait]
+impl ContainerRuntime for Engine {
+    async fn ping(&self) -> RuntimeResult<()> {
+        Ok(())
+    }
+    async fn host_capacity(&self) -> RuntimeResult<HostCapacity> {
+        self.execs.host_capacity().await
+    }
+    async fn ensure_network(&self, spec: &NetworkSpec) -> RuntimeResult<()> {
+        let mut s = self.state();
+        if !s.networks.iter().any(|n| n.name == spec.name) {
+            s.networks.push(spec.clone());
+        }
+        Ok(())
+    }
+    async fn inspect(&self, name: &str) -> RuntimeResult<Option<ContainerInfo>> {
+        Ok(self.container(name))
+    }
+    async fn list(&self, labels: &BTreeMap<String, String>) -> RuntimeResult<Vec<ContainerInfo>> {
+        let s = self.state();
+        Ok(s.by_name
+            .values()
+            .filter(|c| labels.iter().all(|(k, v)| c.labels.get(k) == Some(v)))
+            .cloned()
+            .collect())
+    }
+    async fn ensure_image(&self, _: &str) -> RuntimeResult<()> {
+        Ok(())
+    }
+    async fn create_and_start(&self, spec: &ContainerSpec) -> RuntimeResult<ContainerInfo> {
+        let mut s = self.state();
+        s.created.push(spec.clone());
+        if s.by_name.contains_key(&spec.name) {
+            return Err(RuntimeError::Conflict(spec.name.clone()));
+        }
+        let mut info = s.new_container(&spec.name, &spec.image, &spec.labels, &spec.network);
+        let first_port = 40000 + 10 * u16::try_from(s.serial).unwrap_or(0);
+        for (i, port) in (0u16..).zip(&spec.ports) {
+            let host = port.host_port.unwrap_or(first_port + i);
+            info.host_ports.insert(port.container_port.clone(), host);
+        }
+        s.by_name.insert(spec.name.clone(), info.clone());
+        Ok(info)
+    }
+    async fn start(&self, name: &str) -> RuntimeResult<()> {
+        match self.state().by_name.get_mut(name) {
+            Some(c) => {
+                c.state = Some(ContainerState::Running);
+                c.started_at = Some(chrono::Utc::now());
+                Ok(())
+            }
+            None => Err(RuntimeError::NotFound(name.to_string())),
+        }
+    }
+    async fn remove(&self, name: &str) -> RuntimeResult<()> {
+        let mut s = self.state();
+        s.removed.push(name.to_string());
+        s.by_name.remove(name);
+        s.files.retain(|(c, _), _| c != name);
+        Ok(())
+    }
+    async fn exec(
+        &self,
+        name: &str,
+        argv: &[String],
+        stdin: Option<&[u8]>,
+    ) -> RuntimeResult<ExecOutput> {
+        // Recorded (and answered, for commands not emulated below) by the plain fake.
+        let default = self.execs.exec(name, argv, stdin).await?;
+        let mut s = self.state();
+        if !s.by_name.get(name).is_some_and(ContainerInfo::is_running) {
+            return Err(RuntimeError::Rejected(format!(
+                "container {name} is not running"
+            )));
+        }
+        let key = |path: &str| (name.to_string(), path.to_string());
+        let args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        Ok(match args.as_slice() {
+            ["cat", path] => match s.files.get(&key(path)) {
+                Some(content) => exited(0, content.clone(), ""),
+                None => exited(1, Vec::new(), "cat: can't open: No such file or directory"),
+            },
+            ["/bin/sh", "-c", script, path] if script.ends_with("cat > \"$0\"") => {
+                s.files
+                    .insert(key(path), stdin.unwrap_or_default().to_vec());
+                exited(0, Vec::new(), "")
+            }
+            ["test", "-f", path] => {
+                exited(i64::from(!s.files.contains_key(&key(path))), Vec::new(), "")
+            }
+            ["rm", "-f", path] => {
+                s.files.remove(&key(path));
+                exited(0, Vec::new(), "")
+            }
+            _ => default,
+        })
+    }
+    async fn file_exists(&self, name: &str, path: &str) -> RuntimeResult<bool> {
+        Ok(self
+            .state()
+            .files
+            .contains_key(&(name.to_string(), path.to_string())))
+    }
+    async fn kill(&self, name: &str, signal: &str) -> RuntimeResult<()> {
+        self.state()
+            .kills
+            .push((name.to_string(), signal.to_string()));
+        Ok(())
+    }
+    async fn image_present(&self, image: &str) -> RuntimeResult<bool> {
+        self.execs.image_present(image).await
+    }
+    async fn import_image(
+        &self,
+        name: &str,
+        image: &str,
+        argv: &[String],
+    ) -> RuntimeResult<ExecOutput> {
+        self.execs.import_image(name, image, argv).await
+    }
+}

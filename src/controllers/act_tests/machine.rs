@@ -1,0 +1,264 @@
+//! DockerMachine: the node container, as far as a fake engine can honestly take it. The
+//! bootstrap itself (the commands running in a kind node, the sentinel they leave, the Node's
+//! providerID in the workload cluster) needs a real node: tests/controllers.rs and the e2e
+//! tests cover it on the plane. Here it is seen to start: the Secret is read and the start is
+//! recorded.
+use std::sync::Arc;
+
+use http::Method;
+
+use super::scenario::{self as sc, Scenario, condition, finalizers};
+use crate::controllers::kit::lifecycle;
+use crate::{
+    api::{DockerCluster, DockerMachine},
+    controllers::{docker_cluster, docker_machine},
+    docker::{haproxy, labels},
+};
+
+/// Cluster `c` with its DockerCluster (and LB, reconciled once), Machine `m` (a control-plane
+/// one or not) with its bootstrap Secret, and DockerMachine `m`.
+async fn machine_scenario(control_plane: bool, secret: bool) -> (Scenario, DockerMachine) {
+    let s = Scenario::docker();
+    s.put(sc::cluster("c", "DockerCluster"));
+    let dc = s.put(sc::docker_cluster("c"));
+    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
+        .await
+        .unwrap();
+    // The cache holds the DockerCluster as the reconcile left it (with its endpoint).
+    s.sync_cache::<DockerCluster>("c");
+    s.put(sc::machine("c", "m", "DockerMachine", control_plane));
+    if secret {
+        s.put(sc::bootstrap_secret("m"));
+    }
+    let dm = s.put(sc::docker_machine("c", "m"));
+    (s, dm)
+}
+
+#[tokio::test]
+async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_secret() {
+    let (s, dm) = machine_scenario(false, true).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+
+    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let node = s.engine.container("c-m").expect("node container c-m");
+    for (key, value) in [
+        (labels::OWNER_KIND, "DockerMachine"),
+        (labels::OWNER_NAME, "m"),
+        (labels::OWNER_UID, uid.as_str()),
+        (labels::KIND_CLUSTER, "c"),
+        (labels::CLUSTER_NAMESPACE, sc::NS),
+        (labels::KIND_ROLE, labels::ROLE_WORKER),
+        (labels::MANAGED_BY, labels::MANAGED_BY_VALUE),
+    ] {
+        assert_eq!(
+            node.labels.get(key).map(String::as_str),
+            Some(value),
+            "label {key}"
+        );
+    }
+    let spec = s
+        .engine
+        .created()
+        .into_iter()
+        .find(|c| c.name == "c-m")
+        .unwrap();
+    assert_eq!(
+        spec.image, "kindest/node:v1.35.0",
+        "the Machine's version picks the image"
+    );
+    assert_eq!(spec.hostname, "c-m");
+
+    let secret_reads = s.api.requests().into_iter().filter(|r| {
+        r.method == Method::GET && r.path == "/api/v1/namespaces/ns/secrets/m-bootstrap"
+    });
+    assert_eq!(secret_reads.count(), 1, "the bootstrap data is read once");
+
+    let stored = s.json::<DockerMachine>("m");
+    assert_eq!(finalizers(&stored), [docker_machine::FINALIZER]);
+    assert!(
+        stored["metadata"]["annotations"][crate::api::STARTED_AT].is_string(),
+        "the start is recorded before the commands run: {stored}"
+    );
+    let provisioned = Some(("True".to_string(), "Provisioned".to_string()));
+    assert_eq!(condition(&stored, "ContainerProvisioned"), provisioned);
+    assert_eq!(
+        condition(&stored, "BootstrapCompleted").map(|c| c.0),
+        Some("False".into()),
+        "not done: a fake node runs no bootstrap"
+    );
+    assert!(
+        stored["spec"]["providerID"].is_null(),
+        "no providerID before bootstrap is done"
+    );
+    // The bootstrap runs in the background, in the container; not waited for here.
+    s.ctx.bootstraps.cancel(&uid);
+}
+
+#[tokio::test]
+async fn a_missing_bootstrap_secret_blocks_with_a_reason() {
+    let (s, dm) = machine_scenario(false, false).await;
+
+    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let stored = s.json::<DockerMachine>("m");
+    assert_eq!(
+        condition(&stored, "BootstrapCompleted"),
+        Some(("False".into(), "BootstrapDataNotFound".into()))
+    );
+    assert!(stored["metadata"]["annotations"][crate::api::STARTED_AT].is_null());
+}
+
+#[tokio::test]
+async fn a_control_plane_machine_becomes_a_load_balancer_backend_and_leaves_it_on_delete() {
+    let (s, dm) = machine_scenario(true, true).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+
+    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+    s.ctx.bootstraps.cancel(&uid);
+
+    let ip = s.engine.container("c-m").unwrap().ipv4.unwrap();
+    let cfg = s.engine.file("c-lb", haproxy::CONFIG_PATH).unwrap();
+    assert!(cfg.contains(&format!("server c-m {ip}:6443")), "{cfg}");
+    let stored = s.json::<DockerMachine>("m");
+    assert_eq!(stored["status"]["loadBalancerConfigured"], true);
+    assert_eq!(
+        s.engine.container("c-m").unwrap().labels[labels::KIND_ROLE],
+        labels::ROLE_CONTROL_PLANE
+    );
+
+    let dm = s.delete::<DockerMachine>("m");
+    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+
+    assert!(
+        s.engine.container("c-m").is_none(),
+        "node container removed"
+    );
+    let cfg = s.engine.file("c-lb", haproxy::CONFIG_PATH).unwrap();
+    assert!(!cfg.contains("c-m"), "no longer a backend: {cfg}");
+    assert!(
+        s.get::<DockerMachine>("m").is_none(),
+        "finalizer removed: the object is gone"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_worker_machine_removes_its_container_then_its_finalizer() {
+    let (s, dm) = machine_scenario(false, true).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+    assert!(s.engine.container("c-m").is_some());
+
+    let dm = s.delete::<DockerMachine>("m");
+    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+
+    assert_eq!(s.engine.removed(), ["c-m"]);
+    assert!(s.get::<DockerMachine>("m").is_none());
+    assert!(
+        !s.ctx.bootstraps.is_running(&uid),
+        "its bootstrap is cancelled"
+    );
+}
+
+#[tokio::test]
+async fn a_machine_waits_for_its_clusters_infrastructure_without_a_container() {
+    let s = Scenario::docker();
+    let mut cluster = sc::cluster("c", "DockerCluster");
+    cluster.status = None;
+    s.put(cluster);
+    s.put(sc::machine("c", "m", "DockerMachine", false));
+    s.put(sc::bootstrap_secret("m"));
+    let dm = s.put(sc::docker_machine("c", "m"));
+
+    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let stored = s.json::<DockerMachine>("m");
+    assert_eq!(
+        condition(&stored, "ContainerProvisioned"),
+        Some((
+            "False".into(),
+            "WaitingForClusterInfrastructureReady".into()
+        ))
+    );
+    assert_eq!(finalizers(&stored), [docker_machine::FINALIZER]);
+    assert!(s.engine.created().is_empty());
+}
+
+#[tokio::test]
+async fn a_node_name_taken_by_someone_else_blocks_as_a_name_conflict() {
+    let (s, dm) = machine_scenario(false, true).await;
+    let theirs = std::collections::BTreeMap::from([("app".to_string(), "other".to_string())]);
+    s.engine.add("c-m", theirs);
+
+    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let stored = s.json::<DockerMachine>("m");
+    assert_eq!(
+        condition(&stored, "ContainerProvisioned"),
+        Some(("False".into(), "ContainerNameConflict".into()))
+    );
+    assert!(
+        s.engine.removed().is_empty(),
+        "someone else's container is left alone"
+    );
+    let secret_reads = s
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/secrets/m-bootstrap"));
+    assert_eq!(
+        secret_reads.count(),
+        0,
+        "no bootstrap data read for a container it cannot use"
+    );
+}
+
+#[tokio::test]
+async fn a_provisioned_machine_whose_container_stopped_gets_it_started_not_recreated() {
+    let (s, dm) = machine_scenario(false, true).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+    s.ctx.bootstraps.cancel(&uid);
+    // Provisioned (what the plane tests reach through a real bootstrap): the providerID is set.
+    let mut dm = s.get::<DockerMachine>("m").unwrap();
+    dm.spec.provider_id = Some("docker:////c-m".into());
+    s.update(dm);
+    s.engine
+        .set_state("c-m", crate::docker::ContainerState::Exited);
+    let id = s.engine.container("c-m").unwrap().id;
+
+    let dm = s.get::<DockerMachine>("m").unwrap();
+    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+        .await
+        .unwrap();
+
+    let node = s.engine.container("c-m").unwrap();
+    assert!(
+        node.is_running() && node.id == id,
+        "the same container, running again"
+    );
+    let stored = s.json::<DockerMachine>("m");
+    let provisioned = Some(("True".to_string(), "Provisioned".to_string()));
+    assert_eq!(condition(&stored, "ContainerProvisioned"), provisioned);
+    assert_eq!(stored["status"]["initialization"]["provisioned"], true);
+    let addresses = stored["status"]["addresses"].to_string();
+    assert!(addresses.contains(&node.ipv4.unwrap()), "{addresses}");
+}
