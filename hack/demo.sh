@@ -4,11 +4,14 @@
 # created: the load balancer and its endpoint, the node containers and the conditions.
 #   hack/demo.sh          # up (idempotent)
 #   hack/demo.sh down     # delete the sample cluster and stop the manager (the plane stays up)
+# It composes with hack/test.sh in either order: its manager watches only its own namespace, so
+# it never touches the tests' objects (nor they its), and `down` brings back whatever it needs
+# (the CAPI managers, its own manager) before deleting, whatever ran in between.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
 CLUSTER=${DEMO_CLUSTER:-demo}
-NAMESPACE=default
+NAMESPACE=${DEMO_NAMESPACE:-capd-rs-demo}
 DEMO_DIR="$PLANE_DIR/demo"
 DEMO_LABEL="capd-rs.test/run=demo"
 HEALTH_ADDR=127.0.0.1:9450
@@ -19,8 +22,27 @@ mkdir -p "$DEMO_DIR"
 
 manager_running() { [[ -f "$DEMO_DIR/manager.pid" ]] && kill -0 "$(cat "$DEMO_DIR/manager.pid")" 2>/dev/null; }
 
+# The demo's manager, watching the demo's namespace only (idempotent).
+start_manager() {
+  log "building the manager"
+  cargo build --locked --bin manager
+  if ! manager_running; then
+    log "starting the manager (log: $DEMO_DIR/manager.log)"
+    nohup "$TARGET_DIR/debug/manager" --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
+      --diagnostics-address=127.0.0.1:8443 \
+      --namespace="$NAMESPACE" \
+      --docker-network=capd-rs-demo \
+      --container-label="$DEMO_LABEL" >>"$DEMO_DIR/manager.log" 2>&1 &
+    echo $! >"$DEMO_DIR/manager.pid"
+  fi
+  wait_for 60 "manager ready on $HEALTH_ADDR" curl -sf "http://$HEALTH_ADDR/readyz"
+}
+
 down() {
   if "$KUBECTL" get cluster "$CLUSTER" -n "$NAMESPACE" >/dev/null 2>&1; then
+    # Deleting needs CAPI's managers and ours: something may have stopped them since `up`.
+    hack/capi.sh up
+    start_manager
     log "deleting cluster $CLUSTER (machines, load balancer, containers)"
     "$KUBECTL" delete cluster "$CLUSTER" -n "$NAMESPACE" --timeout=180s
   fi
@@ -41,17 +63,10 @@ hack/images.sh
 hack/plane.sh up
 hack/capi.sh up
 
-log "building the manager"
-cargo build --locked --bin manager
-if ! manager_running; then
-  log "starting the manager (log: $DEMO_DIR/manager.log)"
-  nohup "$TARGET_DIR/debug/manager" --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
-    --diagnostics-address=127.0.0.1:8443 \
-    --docker-network=capd-rs-demo \
-    --container-label="$DEMO_LABEL" >"$DEMO_DIR/manager.log" 2>&1 &
-  echo $! >"$DEMO_DIR/manager.pid"
-fi
-wait_for 60 "manager ready on $HEALTH_ADDR" curl -sf "http://$HEALTH_ADDR/readyz"
+"$KUBECTL" create namespace "$NAMESPACE" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null
+# A fresh log for a fresh manager: tests/demo.rs reads what this one reconciled.
+manager_running || : >"$DEMO_DIR/manager.log"
+start_manager
 
 log "creating cluster $CLUSTER from templates/cluster-template-light.yaml"
 KUBERNETES_VERSION=v$K8S_VERSION WORKER_MACHINE_COUNT=2 \
