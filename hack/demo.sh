@@ -2,13 +2,20 @@
 # Quick start: bring up the local management plane (Docker Engine, kube-apiserver, Cluster API
 # core), run the capd-rs manager on it, create a sample cluster from templates/ and show what it
 # created: the load balancer and its endpoint, the node containers and the conditions.
-#   hack/demo.sh          # up (idempotent)
+#   hack/demo.sh          # up (idempotent): a real workload cluster, 1 control plane + 1 worker
+#                         # from templates/cluster-template.yaml, Nodes Ready and a Pod running
+#   DEMO_FLAVOR=light hack/demo.sh   # the light flavor: 1 + 2 light nodes, no Kubernetes inside
 #   hack/demo.sh down     # delete the sample cluster and stop the manager (the plane stays up)
+# It composes with hack/test.sh in either order: its manager watches only its own namespace, so
+# it never touches the tests' objects (nor they its), and `down` brings back whatever it needs
+# (the CAPI managers, its own manager) before deleting, whatever ran in between.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
 CLUSTER=${DEMO_CLUSTER:-demo}
-NAMESPACE=default
+FLAVOR=${DEMO_FLAVOR:-real}
+[[ $FLAVOR == real || $FLAVOR == light ]] || die "DEMO_FLAVOR: real or light, not $FLAVOR"
+NAMESPACE=${DEMO_NAMESPACE:-capd-rs-demo}
 DEMO_DIR="$PLANE_DIR/demo"
 DEMO_LABEL="capd-rs.test/run=demo"
 HEALTH_ADDR=127.0.0.1:9450
@@ -19,8 +26,27 @@ mkdir -p "$DEMO_DIR"
 
 manager_running() { [[ -f "$DEMO_DIR/manager.pid" ]] && kill -0 "$(cat "$DEMO_DIR/manager.pid")" 2>/dev/null; }
 
+# The demo's manager, watching the demo's namespace only (idempotent).
+start_manager() {
+  log "building the manager"
+  cargo build --locked --bin manager
+  if ! manager_running; then
+    log "starting the manager (log: $DEMO_DIR/manager.log)"
+    nohup "$TARGET_DIR/debug/manager" --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
+      --diagnostics-address=127.0.0.1:8443 \
+      --namespace="$NAMESPACE" \
+      --docker-network=capd-rs-demo \
+      --container-label="$DEMO_LABEL" >>"$DEMO_DIR/manager.log" 2>&1 &
+    echo $! >"$DEMO_DIR/manager.pid"
+  fi
+  wait_for 60 "manager ready on $HEALTH_ADDR" curl -sf "http://$HEALTH_ADDR/readyz"
+}
+
 down() {
   if "$KUBECTL" get cluster "$CLUSTER" -n "$NAMESPACE" >/dev/null 2>&1; then
+    # Deleting needs CAPI's managers and ours: something may have stopped them since `up`.
+    hack/capi.sh up
+    start_manager
     log "deleting cluster $CLUSTER (machines, load balancer, containers)"
     "$KUBECTL" delete cluster "$CLUSTER" -n "$NAMESPACE" --timeout=180s
   fi
@@ -38,35 +64,55 @@ if [[ "${1:-up}" == down ]]; then down; exit 0; fi
 
 hack/docker-engine.sh
 hack/images.sh
+[[ $FLAVOR == light ]] || hack/node-image.sh
 hack/plane.sh up
 hack/capi.sh up
 
-log "building the manager"
-cargo build --locked --bin manager
-if ! manager_running; then
-  log "starting the manager (log: $DEMO_DIR/manager.log)"
-  nohup "$TARGET_DIR/debug/manager" --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
-    --diagnostics-address=127.0.0.1:8443 \
-    --docker-network=capd-rs-demo \
-    --container-label="$DEMO_LABEL" >"$DEMO_DIR/manager.log" 2>&1 &
-  echo $! >"$DEMO_DIR/manager.pid"
+"$KUBECTL" create namespace "$NAMESPACE" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null
+# A fresh log for a fresh manager: tests/demo.rs reads what this one reconciled.
+manager_running || : >"$DEMO_DIR/manager.log"
+start_manager
+
+if [[ $FLAVOR == light ]]; then
+  template=templates/cluster-template-light.yaml machines=3
+  log "creating cluster $CLUSTER from $template"
+  KUBERNETES_VERSION=v$K8S_VERSION WORKER_MACHINE_COUNT=2 \
+    "$CLUSTERCTL" generate cluster "$CLUSTER" --from "$template" \
+    --target-namespace "$NAMESPACE" | "$KUBECTL" apply -f -
+else
+  template=templates/cluster-template.yaml machines=2
+  log "creating cluster $CLUSTER from $template (Kubernetes v$K8S_VERSION)"
+  "$CLUSTERCTL" generate cluster "$CLUSTER" --from "$template" \
+    --kubernetes-version "v$K8S_VERSION" --control-plane-machine-count 1 --worker-machine-count 1 \
+    --target-namespace "$NAMESPACE" | "$KUBECTL" apply -f -
 fi
-wait_for 60 "manager ready on $HEALTH_ADDR" curl -sf "http://$HEALTH_ADDR/readyz"
 
-log "creating cluster $CLUSTER from templates/cluster-template-light.yaml"
-KUBERNETES_VERSION=v$K8S_VERSION WORKER_MACHINE_COUNT=2 \
-  "$CLUSTERCTL" generate cluster "$CLUSTER" --from templates/cluster-template-light.yaml \
-  --target-namespace "$NAMESPACE" | "$KUBECTL" apply -f -
-
-log "waiting for the load balancer and 3 machines"
+log "waiting for the load balancer and $machines machines"
 "$KUBECTL" wait dockercluster "$CLUSTER" -n "$NAMESPACE" --for=jsonpath='{.status.initialization.provisioned}'=true --timeout=180s
 provisioned() {
   local n
   n=$("$KUBECTL" get dockermachines -n "$NAMESPACE" -l "cluster.x-k8s.io/cluster-name=$CLUSTER" \
     -o jsonpath='{range .items[*]}{.status.initialization.provisioned}{"\n"}{end}' | grep -c true || true)
-  [[ "$n" -ge 3 ]]
+  [[ "$n" -ge $machines ]]
 }
-wait_for 300 "3 provisioned DockerMachines" provisioned
+wait_for 600 "$machines provisioned DockerMachines" provisioned
+
+if [[ $FLAVOR == real ]]; then
+  # The workload cluster, through the kubeconfig KCP wrote (a file only the owner reads).
+  WL_KUBECONFIG="$DEMO_DIR/$CLUSTER.kubeconfig"
+  (umask 077; "$KUBECTL" get secret "$CLUSTER-kubeconfig" -n "$NAMESPACE" -o jsonpath='{.data.value}' \
+    | base64 -d >"$WL_KUBECONFIG")
+  wl() { "$KUBECTL" --kubeconfig "$WL_KUBECONFIG" "$@"; }
+  ready_nodes() { [[ $(wl get nodes --no-headers 2>/dev/null | awk '$2 == "Ready"' | wc -l) -ge 2 ]]; }
+  wait_for 600 "2 Ready Nodes in the workload cluster" ready_nodes
+  # A Pod of an image every node already has (kubeadm's pause), so nothing is pulled.
+  cp=$(docker ps --filter "label=io.x-k8s.kind.cluster=$CLUSTER" \
+    --filter label=io.x-k8s.kind.role=control-plane --format '{{.Names}}' | head -1)
+  pause=$(docker exec "$cp" kubeadm config images list --kubernetes-version "v$K8S_VERSION" 2>/dev/null | grep /pause:)
+  [[ -n $pause ]] || die "cannot tell the pause image of $cp"
+  wl run hello --image="$pause" --restart=Never >/dev/null 2>&1 || true
+  wait_for 300 "Pod hello running" bash -c "[[ \$('$KUBECTL' --kubeconfig '$WL_KUBECONFIG' get pod hello -o jsonpath='{.status.phase}') == Running ]]"
+fi
 
 echo
 echo "== Load balancer"
@@ -89,5 +135,13 @@ for obj in $("$KUBECTL" get dockercluster,dockermachines -n "$NAMESPACE" -l "clu
     -o jsonpath='{.kind}/{.metadata.name}:{range .status.conditions[*]}{"\n  "}{.type}={.status} ({.reason}){end}{"\n"}'
 done
 echo
-echo "Inside a node:  docker exec $CLUSTER-control-plane-0 cat /etc/capd-rs/hello.txt"
+if [[ $FLAVOR == real ]]; then
+  echo "== The workload cluster (kubectl --kubeconfig $WL_KUBECONFIG)"
+  wl get nodes -o wide
+  wl get pods -A
+  echo
+  echo "Use it:         kubectl --kubeconfig $WL_KUBECONFIG get nodes"
+else
+  echo "Inside a node:  docker exec $CLUSTER-control-plane-0 cat /etc/capd-rs/hello.txt"
+fi
 echo "Clean up:       hack/demo.sh down"
