@@ -1,12 +1,11 @@
 //! DockerCluster: the load-balancer container, the endpoint it gives the cluster, its
 //! backends, and its removal.
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use http::Method;
 use serde_json::json;
 
 use super::scenario::{self as sc, Scenario, condition, finalizers};
-use crate::controllers::kit::lifecycle;
 use crate::{
     api::DockerCluster,
     controllers::docker_cluster,
@@ -17,9 +16,7 @@ use crate::{
 async fn cluster_with_lb(s: &Scenario) -> String {
     s.put(sc::cluster("c", "DockerCluster"));
     let dc = s.put(sc::docker_cluster("c"));
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
     s.engine
         .container("c-lb")
         .expect("LB created")
@@ -107,9 +104,7 @@ async fn a_docker_cluster_gets_a_labelled_load_balancer_and_its_endpoint() {
 
     // Again: the same container, no second create.
     let dc = s.get::<DockerCluster>("c").unwrap();
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
     assert_eq!(s.engine.created().len(), 1);
     assert_eq!(s.engine.container("c-lb").unwrap().id, lb.id);
 }
@@ -120,9 +115,7 @@ async fn deleting_a_docker_cluster_removes_its_load_balancer_then_its_finalizer(
     cluster_with_lb(&s).await;
     let dc = s.delete::<DockerCluster>("c");
 
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
 
     assert_eq!(s.engine.removed(), ["c-lb"]);
     assert!(s.engine.container("c-lb").is_none());
@@ -150,9 +143,7 @@ async fn a_stopped_load_balancer_is_started_again() {
     s.engine.set_state("c-lb", ContainerState::Exited);
     let dc = s.get::<DockerCluster>("c").unwrap();
 
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
 
     assert!(s.engine.container("c-lb").unwrap().is_running());
     assert_eq!(s.engine.created().len(), 1, "started, not recreated");
@@ -181,9 +172,7 @@ async fn haproxy_backends_follow_the_running_control_plane_containers() {
     // One control-plane node stops: it leaves the backends, and haproxy reloads.
     s.engine.set_state("c-cp2", ContainerState::Exited);
     let dc = s.get::<DockerCluster>("c").unwrap();
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
     let cfg = haproxy_cfg(&s);
     assert!(
         cfg.contains("server c-cp1") && !cfg.contains("c-cp2"),
@@ -201,9 +190,7 @@ async fn haproxy_backends_follow_the_running_control_plane_containers() {
     };
     let before = writes(&s);
     let dc = s.get::<DockerCluster>("c").unwrap();
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
     assert_eq!(writes(&s), before);
     assert_eq!(s.engine.kills().len(), 2);
 }
@@ -221,9 +208,7 @@ async fn a_missing_haproxy_template_blocks_the_load_balancer_with_a_reason() {
     );
     let dc = s.put(dc);
 
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
 
     let stored = s.json::<DockerCluster>("c");
     let (status, reason) = condition(&stored, "LoadBalancerAvailable").unwrap();
@@ -259,9 +244,7 @@ async fn a_container_with_the_lb_name_that_is_someone_elses_blocks_as_a_name_con
     s.put(sc::cluster("c", "DockerCluster"));
     let dc = s.put(sc::docker_cluster("c"));
 
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
 
     let stored = s.json::<DockerCluster>("c");
     assert_eq!(
@@ -290,7 +273,8 @@ async fn a_status_from_a_view_older_than_the_object_is_refused_not_written_over_
     newer.metadata.annotations = Some([("someone".to_string(), "else".to_string())].into());
     s.update(newer);
 
-    let e = lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(old_view), s.ctx.clone())
+    let e = s
+        .reconcile::<docker_cluster::Clusters>(old_view)
         .await
         .unwrap_err();
 
@@ -312,7 +296,7 @@ async fn a_dev_cluster_on_the_docker_backend_gets_its_load_balancer_under_its_ow
     s.put(sc::cluster("c", "DevCluster"));
     let dc = s.put(sc::dev_cluster("c", json!({"docker": {}})));
 
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc.view()), s.ctx.clone())
+    s.reconcile::<docker_cluster::Clusters>(dc.view())
         .await
         .unwrap();
 

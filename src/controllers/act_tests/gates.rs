@@ -1,6 +1,6 @@
 //! What every controller checks before it acts: a paused Cluster, an orphan being deleted, a
 //! backend this provider does not serve, an owner that does not exist.
-use std::{collections::BTreeMap, sync::Arc};
+use std::collections::BTreeMap;
 
 use http::Method;
 use serde_json::json;
@@ -9,10 +9,7 @@ use super::scenario::{self as sc, Scenario, condition, finalizers};
 use crate::{
     api::{DockerCluster, DockerMachine, DockerMachinePool, dev},
     capi::Cluster,
-    controllers::{
-        docker_cluster, docker_machine, docker_machine_pool,
-        kit::{error::Error, lifecycle},
-    },
+    controllers::{docker_cluster, docker_machine, docker_machine_pool, kit::error::Error},
     docker::labels,
 };
 
@@ -27,9 +24,7 @@ async fn a_paused_cluster_pauses_its_docker_cluster_without_touching_a_container
     s.put(paused(sc::cluster("c", "DockerCluster")));
     let dc = s.put(sc::docker_cluster("c"));
 
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
 
     let stored = s.json::<DockerCluster>("c");
     assert_eq!(
@@ -53,10 +48,8 @@ async fn a_paused_cluster_pauses_its_machines_and_pools_too() {
     s.put(sc::machine_pool("c", "p", "DockerMachinePool", 2));
     let dmp = s.put(sc::docker_machine_pool("c", "p"));
 
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
-    lifecycle::reconcile::<docker_machine_pool::Pools>(Arc::new(dmp), s.ctx.clone())
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+    s.reconcile::<docker_machine_pool::Pools>(dmp)
         .await
         .unwrap();
 
@@ -108,9 +101,7 @@ async fn an_orphan_docker_cluster_removes_what_carries_its_uid_and_lets_go() {
     owned_containers(&s, dc.metadata.uid.as_deref().unwrap());
     let dc = s.delete::<DockerCluster>("c");
 
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
 
     assert_eq!(s.engine.names(), ["other"], "only its own containers went");
     assert!(
@@ -129,9 +120,7 @@ async fn an_orphan_docker_machine_removes_what_carries_its_uid_and_lets_go() {
     owned_containers(&s, dm.metadata.uid.as_deref().unwrap());
     let dm = s.delete::<DockerMachine>("m");
 
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
     assert_eq!(s.engine.names(), ["other"]);
     assert!(s.get::<DockerMachine>("m").is_none());
@@ -146,10 +135,10 @@ async fn an_unserved_backend_is_reported_and_nothing_is_created() {
     let dc = s.put(sc::dev_cluster("c", json!({"inMemory": {}})));
     let dm = s.put(sc::dev_machine("c", "m", json!({"inMemory": {"vm": {}}})));
 
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc.view()), s.ctx.clone())
+    s.reconcile::<docker_cluster::Clusters>(dc.view())
         .await
         .unwrap();
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm.view()), s.ctx.clone())
+    s.reconcile::<docker_machine::Machines>(dm.view())
         .await
         .unwrap();
 
@@ -176,15 +165,18 @@ async fn a_missing_owner_is_an_error_and_changes_nothing() {
     let dm = s.put(sc::docker_machine("c", "m"));
     let dmp = s.put(sc::docker_machine_pool("c", "p"));
 
-    let e = lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
+    let e = s
+        .reconcile::<docker_cluster::Clusters>(dc)
         .await
         .unwrap_err();
     assert!(matches!(&e, Error::Missing(m) if m.contains("ns/c")), "{e}");
-    let e = lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
+    let e = s
+        .reconcile::<docker_machine::Machines>(dm)
         .await
         .unwrap_err();
     assert!(matches!(&e, Error::Missing(m) if m.contains("ns/m")), "{e}");
-    let e = lifecycle::reconcile::<docker_machine_pool::Pools>(Arc::new(dmp), s.ctx.clone())
+    let e = s
+        .reconcile::<docker_machine_pool::Pools>(dmp)
         .await
         .unwrap_err();
     assert!(matches!(&e, Error::Missing(_)), "{e}");

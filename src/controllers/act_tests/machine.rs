@@ -3,12 +3,10 @@
 //! providerID in the workload cluster) needs a real node: tests/controllers.rs and the e2e
 //! tests cover it on the plane. Here it is seen to start: the Secret is read and the start is
 //! recorded.
-use std::sync::Arc;
 
 use http::Method;
 
 use super::scenario::{self as sc, Scenario, condition, finalizers};
-use crate::controllers::kit::lifecycle;
 use crate::{
     api::{DockerCluster, DockerMachine},
     controllers::{docker_cluster, docker_machine},
@@ -21,9 +19,7 @@ async fn machine_scenario(control_plane: bool, secret: bool) -> (Scenario, Docke
     let s = Scenario::docker();
     s.put(sc::cluster("c", "DockerCluster"));
     let dc = s.put(sc::docker_cluster("c"));
-    lifecycle::reconcile::<docker_cluster::Clusters>(Arc::new(dc), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
     // The cache holds the DockerCluster as the reconcile left it (with its endpoint).
     s.sync_cache::<DockerCluster>("c");
     s.put(sc::machine("c", "m", "DockerMachine", control_plane));
@@ -39,9 +35,7 @@ async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_sec
     let (s, dm) = machine_scenario(false, true).await;
     let uid = dm.metadata.uid.clone().unwrap();
 
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
     let node = s.engine.container("c-m").expect("node container c-m");
     for (key, value) in [
@@ -101,9 +95,7 @@ async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_sec
 async fn a_missing_bootstrap_secret_blocks_with_a_reason() {
     let (s, dm) = machine_scenario(false, false).await;
 
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
     let stored = s.json::<DockerMachine>("m");
     assert_eq!(
@@ -118,9 +110,7 @@ async fn a_control_plane_machine_becomes_a_load_balancer_backend_and_leaves_it_o
     let (s, dm) = machine_scenario(true, true).await;
     let uid = dm.metadata.uid.clone().unwrap();
 
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
     s.ctx.bootstraps.cancel(&uid);
 
     let ip = s.engine.container("c-m").unwrap().ipv4.unwrap();
@@ -134,9 +124,7 @@ async fn a_control_plane_machine_becomes_a_load_balancer_backend_and_leaves_it_o
     );
 
     let dm = s.delete::<DockerMachine>("m");
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
     assert!(
         s.engine.container("c-m").is_none(),
@@ -154,15 +142,11 @@ async fn a_control_plane_machine_becomes_a_load_balancer_backend_and_leaves_it_o
 async fn deleting_a_worker_machine_removes_its_container_then_its_finalizer() {
     let (s, dm) = machine_scenario(false, true).await;
     let uid = dm.metadata.uid.clone().unwrap();
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
     assert!(s.engine.container("c-m").is_some());
 
     let dm = s.delete::<DockerMachine>("m");
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
     assert_eq!(s.engine.removed(), ["c-m"]);
     assert!(s.get::<DockerMachine>("m").is_none());
@@ -182,9 +166,7 @@ async fn a_machine_waits_for_its_clusters_infrastructure_without_a_container() {
     s.put(sc::bootstrap_secret("m"));
     let dm = s.put(sc::docker_machine("c", "m"));
 
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
     let stored = s.json::<DockerMachine>("m");
     assert_eq!(
@@ -204,9 +186,7 @@ async fn a_node_name_taken_by_someone_else_blocks_as_a_name_conflict() {
     let theirs = std::collections::BTreeMap::from([("app".to_string(), "other".to_string())]);
     s.engine.add("c-m", theirs);
 
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
     let stored = s.json::<DockerMachine>("m");
     assert_eq!(
@@ -233,9 +213,7 @@ async fn a_node_name_taken_by_someone_else_blocks_as_a_name_conflict() {
 async fn a_provisioned_machine_whose_container_stopped_gets_it_started_not_recreated() {
     let (s, dm) = machine_scenario(false, true).await;
     let uid = dm.metadata.uid.clone().unwrap();
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
     s.ctx.bootstraps.cancel(&uid);
     // Provisioned (what the plane tests reach through a real bootstrap): the providerID is set.
     let mut dm = s.get::<DockerMachine>("m").unwrap();
@@ -246,9 +224,7 @@ async fn a_provisioned_machine_whose_container_stopped_gets_it_started_not_recre
     let id = s.engine.container("c-m").unwrap().id;
 
     let dm = s.get::<DockerMachine>("m").unwrap();
-    lifecycle::reconcile::<docker_machine::Machines>(Arc::new(dm), s.ctx.clone())
-        .await
-        .unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
     let node = s.engine.container("c-m").unwrap();
     assert!(

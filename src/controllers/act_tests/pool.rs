@@ -1,10 +1,8 @@
 //! DockerMachinePool: its replicas as DockerMachines (the pool never touches Docker).
-use std::sync::Arc;
 
 use http::Method;
 
 use super::scenario::{self as sc, Scenario, condition, finalizers};
-use crate::controllers::kit::lifecycle;
 use crate::{api::DockerMachinePool, capi, controllers::docker_machine_pool};
 
 #[tokio::test]
@@ -15,7 +13,7 @@ async fn a_pool_creates_one_labelled_docker_machine_per_replica() {
     let dmp = s.put(sc::docker_machine_pool("c", "p"));
     let uid = dmp.metadata.uid.clone().unwrap();
 
-    lifecycle::reconcile::<docker_machine_pool::Pools>(Arc::new(dmp), s.ctx.clone())
+    s.reconcile::<docker_machine_pool::Pools>(dmp)
         .await
         .unwrap();
 
@@ -63,7 +61,7 @@ async fn a_pool_creates_one_labelled_docker_machine_per_replica() {
         "{lists:?}"
     );
     let dmp = s.get::<DockerMachinePool>("p").unwrap();
-    lifecycle::reconcile::<docker_machine_pool::Pools>(Arc::new(dmp), s.ctx.clone())
+    s.reconcile::<docker_machine_pool::Pools>(dmp)
         .await
         .unwrap();
     let instances = s

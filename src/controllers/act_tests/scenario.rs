@@ -18,6 +18,7 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
 
 use super::{api_server::ApiServer, engine::Engine};
+use crate::controllers::kit::lifecycle::{self, Reconciler};
 use crate::{
     api::{DockerCluster, DockerMachine, DockerMachinePool, dev},
     capi::{self, Cluster, Machine, MachinePool},
@@ -85,6 +86,14 @@ impl Seed for DockerCluster {
 }
 
 impl Scenario {
+    /// One reconcile of `obj` by the controller `R`, through the real lifecycle.
+    pub async fn reconcile<R: Reconciler>(
+        &self,
+        obj: R::Object,
+    ) -> crate::controllers::kit::error::Result<kube::runtime::controller::Action> {
+        lifecycle::reconcile::<R>(std::sync::Arc::new(obj), self.ctx.clone()).await
+    }
+
     /// The Docker* family.
     pub fn docker() -> Self {
         Self::new(kinds::DOCKER)
