@@ -9,16 +9,20 @@
 # It composes with hack/test.sh in either order: its manager watches only its own namespace, so
 # it never touches the tests' objects (nor they its), and `down` brings back whatever it needs
 # (the CAPI managers, its own manager) before deleting, whatever ran in between.
+# DEMO_NAME (default demo) names one instance: its cluster, namespace capd-rs-<name>, state dir,
+# container label and network; hack/test.sh runs its own (suite-demo) beside a user's.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO_ROOT"
 
-CLUSTER=${DEMO_CLUSTER:-demo}
+NAME=${DEMO_NAME:-demo}
+CLUSTER=$NAME
 FLAVOR=${DEMO_FLAVOR:-real}
 [[ $FLAVOR == real || $FLAVOR == light ]] || die "DEMO_FLAVOR: real or light, not $FLAVOR"
-NAMESPACE=${DEMO_NAMESPACE:-capd-rs-demo}
-DEMO_DIR="$PLANE_DIR/demo"
-DEMO_LABEL="capd-rs.test/run=demo"
-HEALTH_ADDR=127.0.0.1:9450
+NAMESPACE=capd-rs-$NAME
+DEMO_DIR="$PLANE_DIR/$NAME"
+DEMO_LABEL="capd-rs.test/run=$NAME"
+HEALTH_ADDR=${DEMO_HEALTH_ADDR:-127.0.0.1:9450}
+DIAGNOSTICS_ADDR=${DEMO_DIAGNOSTICS_ADDR:-127.0.0.1:8443}
 KUBECTL="$BIN_DIR/k8s-v$K8S_VERSION/kubectl"
 CLUSTERCTL="$BIN_DIR/capi-v$CAPI_VERSION/clusterctl"
 export KUBECONFIG="$KUBECONFIG_PATH"
@@ -33,9 +37,9 @@ start_manager() {
   if ! manager_running; then
     log "starting the manager (log: $DEMO_DIR/manager.log)"
     nohup "$TARGET_DIR/debug/manager" --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
-      --diagnostics-address=127.0.0.1:8443 \
+      --diagnostics-address="$DIAGNOSTICS_ADDR" \
       --namespace="$NAMESPACE" \
-      --docker-network=capd-rs-demo \
+      --docker-network="capd-rs-$NAME" \
       --container-label="$DEMO_LABEL" >>"$DEMO_DIR/manager.log" 2>&1 &
     echo $! >"$DEMO_DIR/manager.pid"
   fi

@@ -72,7 +72,10 @@ hack/faults.sh --fast
 step "CAPI core, kubeadm bootstrap and kubeadm control-plane managers"
 prebuilt
 hack/capi.sh up
-step "the demo (hack/demo.sh, light flavor), left running beside the rest of the suite, which shares its plane"
+# An instance of its own (suite-demo): a demo the user left running (demo) is neither changed nor
+# removed by this one.
+export DEMO_NAME=suite-demo DEMO_HEALTH_ADDR=127.0.0.1:9451 DEMO_DIAGNOSTICS_ADDR=127.0.0.1:8444
+step "the demo (hack/demo.sh, light flavor, instance $DEMO_NAME), left running beside the rest of the suite, which shares its plane"
 DEMO_FLAVOR=light hack/demo.sh >"$CACHE_DIR/demo.log" 2>&1 || { tail -20 "$CACHE_DIR/demo.log" >&2; die "hack/demo.sh failed (log: $CACHE_DIR/demo.log)"; }
 step "end-to-end tests driven by the real Cluster API (light nodes; real Kubernetes nodes)"
 cargo test --locked --test e2e

@@ -12,10 +12,11 @@ use capd::api::{DockerCluster, DockerMachine};
 use common::{TEST_LABEL, cache_dir, client, cluster_provisioned, docker_lines};
 use kube::{Api, ResourceExt};
 
-/// As `hack/demo.sh` names them.
-const NAMESPACE: &str = "capd-rs-demo";
-const CLUSTER: &str = "demo";
-const RUN_LABEL: &str = "demo";
+/// The demo instance `hack/test.sh` brings up (`DEMO_NAME`; `hack/demo.sh`'s default otherwise):
+/// its cluster, its run label, and (prefixed) its namespace and state directory.
+fn instance() -> String {
+    std::env::var("DEMO_NAME").unwrap_or_else(|_| "demo".into())
+}
 
 fn plane_dir() -> PathBuf {
     std::env::var("CAPD_RS_PLANE")
@@ -36,7 +37,7 @@ fn reconciled_namespaces(log: &str) -> BTreeSet<String> {
 
 /// The names of the containers (or networks) carrying the demo's run label.
 fn labelled(kind: &str) -> Vec<String> {
-    let label = format!("label={TEST_LABEL}={RUN_LABEL}");
+    let label = format!("label={TEST_LABEL}={}", instance());
     match kind {
         "network" => docker_lines(&["network", "ls", "--filter", &label, "--format", "{{.Name}}"]),
         _ => docker_lines(&["ps", "-a", "--filter", &label, "--format", "{{.Names}}"]),
@@ -46,12 +47,13 @@ fn labelled(kind: &str) -> Vec<String> {
 #[tokio::test]
 #[ignore = "needs the demo up (hack/test.sh brings it up and runs this)"]
 async fn the_demo_beside_the_suite_is_untouched_and_leaves_nothing() {
+    let (name, namespace) = (instance(), format!("capd-rs-{}", instance()));
     let client = client().await;
-    let dcs: Api<DockerCluster> = Api::namespaced(client.clone(), NAMESPACE);
-    let dms: Api<DockerMachine> = Api::namespaced(client.clone(), NAMESPACE);
+    let dcs: Api<DockerCluster> = Api::namespaced(client.clone(), &namespace);
+    let dms: Api<DockerMachine> = Api::namespaced(client.clone(), &namespace);
 
     // Untouched: the cluster the demo made is still there, provisioned, with its three machines.
-    let dc = dcs.get(CLUSTER).await.expect("the demo's DockerCluster");
+    let dc = dcs.get(&name).await.expect("the demo's DockerCluster");
     assert!(cluster_provisioned(dc.status.as_ref()), "{:?}", dc.status);
     let machines = dms.list(&Default::default()).await.unwrap().items;
     let provisioned: Vec<_> = machines
@@ -72,27 +74,24 @@ async fn the_demo_beside_the_suite_is_untouched_and_leaves_nothing() {
     // the tests' clusters under the demo's label).
     let containers = labelled("container");
     assert_eq!(containers.len(), 4, "{containers:?}");
-    assert!(
-        containers.contains(&format!("{CLUSTER}-lb")),
-        "{containers:?}"
-    );
-    for name in &containers {
+    assert!(containers.contains(&format!("{name}-lb")), "{containers:?}");
+    for container in &containers {
         let ns = docker_lines(&[
             "inspect",
             "--format",
             "{{index .Config.Labels \"capd-rs.x-k8s.io/cluster-namespace\"}}",
-            name,
+            container,
         ]);
-        assert_eq!(ns, [NAMESPACE], "{name}");
+        assert_eq!(ns, [namespace.as_str()], "{container}");
     }
 
     // It reconciled nothing outside its namespace, though the suite's clusters shared the plane.
-    let log = std::fs::read_to_string(plane_dir().join("demo/manager.log"))
+    let log = std::fs::read_to_string(plane_dir().join(&name).join("manager.log"))
         .expect("the demo manager's log");
     let namespaces = reconciled_namespaces(&log);
     assert_eq!(
         namespaces,
-        BTreeSet::from([NAMESPACE.to_string()]),
+        BTreeSet::from([namespace.clone()]),
         "namespaces the demo manager reconciled in"
     );
 
@@ -100,6 +99,7 @@ async fn the_demo_beside_the_suite_is_untouched_and_leaves_nothing() {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let down = Command::new(repo.join("hack/demo.sh"))
         .arg("down")
+        .env("DEMO_NAME", &name)
         .current_dir(&repo)
         .output()
         .expect("hack/demo.sh down");
@@ -111,7 +111,7 @@ async fn the_demo_beside_the_suite_is_untouched_and_leaves_nothing() {
     );
     assert_eq!(labelled("container"), Vec::<String>::new());
     assert_eq!(labelled("network"), Vec::<String>::new());
-    assert!(dcs.get_opt(CLUSTER).await.unwrap().is_none());
+    assert!(dcs.get_opt(&name).await.unwrap().is_none());
 }
 
 #[test]
