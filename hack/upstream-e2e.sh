@@ -159,9 +159,15 @@ run() {
   bin=$artifacts/suite.test
   # The upgrade specs start from a second node image (config.yaml's KUBERNETES_VERSION_UPGRADE_FROM):
   # built only when the filter may select one, as its cold build takes 15-20 minutes.
+  # Its kube-proxy image (loaded on this engine by the build) goes into every node through
+  # DOCKER_PRELOAD_IMAGES (config.yaml says why).
+  local preload='[]'
   if [[ -z $filter || $filter =~ upgrade|self-hosted|kubeadm-join|infra-adoption ]]; then
     K8S_VERSION=$UPGRADE_FROM ETCD_VERSION=$UPGRADE_ETCD COREDNS_VERSION=$UPGRADE_COREDNS \
       "$HACK_DIR/node-image.sh"
+    preload="[\"registry.k8s.io/kube-proxy:v$UPGRADE_FROM\"]"
+    docker image inspect "registry.k8s.io/kube-proxy:v$UPGRADE_FROM" >/dev/null 2>&1 ||
+      die "registry.k8s.io/kube-proxy:v$UPGRADE_FROM is not on this engine after building its node image"
   fi
   "$HACK_DIR/kind-providers.sh" build
   "$HACK_DIR/kind.sh" up
@@ -182,7 +188,7 @@ run() {
   (
     cd "$SUITE_DIR"
     CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version CAPD_E2E_IMAGE=$CAPD_IMAGE \
-    CAPD_E2E_FLAVORS="$artifacts/flavors" \
+    CAPD_E2E_FLAVORS="$artifacts/flavors" CAPD_E2E_PRELOAD_IMAGES="$preload" \
     CAPD_E2E_KUBETEST_CONFIG="$(upstream_e2e_dir)/data/kubetest" \
     CAPD_E2E_TEST_EXTENSION="$artifacts/test-extension" \
     CAPD_E2E_CERT_MANAGER_URL="$repo/cert-manager/v$CERT_MANAGER_VERSION/cert-manager.yaml" \

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod e2e_report;
 pub mod soak;
+pub mod target_prune;
 
 /// The fault rows live with the other figures the tests write (`xtask_figures`); re-exported so
 /// that `xtask faults-table` reads them under the same path as before.

@@ -52,6 +52,16 @@ enum Task {
     },
     /// Plot a soak's series (JSON from `tests/soak.rs`) into a PNG and say whether it stayed
     /// flat after warm-up.
+    /// Remove the test executables and incremental directories of the shared cargo target that
+    /// nothing built or ran for `--keep-days` (earlier checkouts leave theirs behind), then fail
+    /// unless `--min-free-gib` is free on its file system.
+    PruneTarget {
+        dir: PathBuf,
+        #[arg(long, default_value_t = 2)]
+        keep_days: u64,
+        #[arg(long, default_value_t = 15)]
+        min_free_gib: u64,
+    },
     SoakPlot {
         json: PathBuf,
         png: PathBuf,
@@ -177,6 +187,32 @@ fn main() -> ExitCode {
 
 fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
     match task {
+        Task::PruneTarget {
+            dir,
+            keep_days,
+            min_free_gib,
+        } => {
+            let keep = std::time::Duration::from_secs(keep_days * 86_400);
+            let p = xtask::target_prune::prune(&dir, keep)?;
+            let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+            let free = xtask::target_prune::available_bytes(&dir)?;
+            println!(
+                "{}: removed {} unused for {keep_days} days ({:.1} GiB); {:.1} GiB free",
+                dir.display(),
+                p.removed,
+                gib(p.bytes),
+                gib(free)
+            );
+            if free < min_free_gib << 30 {
+                eprintln!(
+                    "error: {:.1} GiB free, the suite needs {min_free_gib} GiB (etcd, node \
+                     containers and test builds); free some (docker image prune, ~/.cache) and retry",
+                    gib(free)
+                );
+                return Ok(false);
+            }
+            Ok(true)
+        }
         Task::Bench(a) => {
             let images = a
                 .manager_images
