@@ -1,8 +1,10 @@
-//! `metav1.Condition`-shaped conditions, and the pure helpers to set and summarize them.
+//! `metav1.Condition`-shaped conditions: types, reasons, the desired form a reconcile sets.
+//! Setting them (generation, time, the Ready summary) is the lifecycle's status writer's job
+//! (`controllers::kit::lifecycle::Report`).
 //!
 //! Our own struct rather than k8s-openapi's: the CRD schema must carry upstream's bounds, and
 //! reasons must be validated the same way.
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -205,13 +207,6 @@ pub fn paused(why: &[String]) -> Desired {
     }
 }
 
-/// Messages are capped well below the schema's 32 KiB so one noisy command cannot bloat status.
-const MAX_MESSAGE: usize = 4096;
-
-fn cap_message(message: &str) -> String {
-    truncate(message, MAX_MESSAGE)
-}
-
 /// `message` cut to at most `max` bytes on a character boundary, ending in `…` when cut: the one
 /// way a message that has a limit (a condition, an Event, a log line) is shortened.
 pub fn truncate(message: &str, max: usize) -> String {
@@ -226,192 +221,10 @@ pub fn truncate(message: &str, max: usize) -> String {
     format!("{}{ELLIPSIS}", &message[..end])
 }
 
-/// Set `desired` in `conditions`. `lastTransitionTime` moves only when the status changes;
-/// returns true if anything changed.
-/// Conditions computed from generation `from` now carry `to`: the object's generation after a
-/// spec write of the reconcile's own that none of them depends on (see
-/// `controllers::kit::patch::Patcher::observed_generation`).
-pub fn restamp(conditions: &mut [Condition], from: Option<i64>, to: Option<i64>) {
-    if from == to {
-        return;
-    }
-    for c in conditions
-        .iter_mut()
-        .filter(|c| c.observed_generation == from)
-    {
-        c.observed_generation = to;
-    }
-}
-
-pub fn set(
-    conditions: &mut Vec<Condition>,
-    desired: &Desired,
-    generation: Option<i64>,
-    now: DateTime<Utc>,
-) -> bool {
-    let message = cap_message(&desired.message);
-    let now = now.trunc_subsecs(0);
-    if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == desired.type_) {
-        let changed = existing.status != desired.status
-            || existing.reason != desired.reason
-            || existing.message != message
-            || existing.observed_generation != generation;
-        if existing.status != desired.status {
-            existing.last_transition_time = now;
-        }
-        existing.status = desired.status;
-        existing.reason = desired.reason.to_string();
-        existing.message = message;
-        existing.observed_generation = generation;
-        return changed;
-    }
-    conditions.push(Condition {
-        type_: desired.type_.to_string(),
-        status: desired.status,
-        observed_generation: generation,
-        last_transition_time: now,
-        reason: desired.reason.to_string(),
-        message,
-    });
-    true
-}
-
 pub fn get<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conditions.iter().find(|c| c.type_ == type_)
 }
 
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     get(conditions, type_).is_some_and(|c| c.status == ConditionStatus::True)
-}
-
-/// The `Ready` summary of the given condition types, as CAPI's summary does: True when all are
-/// True; otherwise False (or Unknown) with the messages of the ones that are not, in order.
-/// A missing input counts as Unknown, "Condition not yet reported".
-pub fn summarize_ready(conditions: &[Condition], inputs: &[&'static str]) -> Desired {
-    let mut falses = Vec::new();
-    let mut unknowns = Vec::new();
-    for t in inputs {
-        match get(conditions, t) {
-            Some(c) if c.status == ConditionStatus::True => {}
-            Some(c) => {
-                let line = if c.message.is_empty() {
-                    format!("{t}: {}", c.reason)
-                } else {
-                    format!("{t}: {}", c.message)
-                };
-                if c.status == ConditionStatus::False {
-                    falses.push(line)
-                } else {
-                    unknowns.push(line)
-                }
-            }
-            None => unknowns.push(format!("{t}: Condition not yet reported")),
-        }
-    }
-    if !falses.is_empty() {
-        falses.extend(unknowns);
-        Desired::false_(types::READY, reasons::NOT_READY, falses.join("; "))
-    } else if !unknowns.is_empty() {
-        Desired::unknown(types::READY, reasons::READY_UNKNOWN, unknowns.join("; "))
-    } else {
-        Desired::true_(types::READY, reasons::READY)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn restamp_moves_only_conditions_of_the_view_generation() {
-        let mut c = Vec::new();
-        set(&mut c, &Desired::true_("A", "R"), Some(3), Utc::now());
-        set(&mut c, &Desired::true_("B", "R"), Some(2), Utc::now());
-        restamp(&mut c, Some(3), Some(4));
-        let gens: Vec<_> = c.iter().map(|c| c.observed_generation).collect();
-        assert_eq!(gens, [Some(4), Some(2)]);
-        restamp(&mut c, Some(4), Some(4));
-        assert_eq!(c[0].observed_generation, Some(4));
-    }
-    use chrono::TimeZone;
-
-    fn t(s: i64) -> DateTime<Utc> {
-        Utc.timestamp_opt(1_700_000_000 + s, 0).unwrap()
-    }
-
-    #[test]
-    fn transition_time_moves_only_on_status_change() {
-        let mut cs = Vec::new();
-        assert!(set(
-            &mut cs,
-            &Desired::false_("A", "Waiting", "x"),
-            Some(1),
-            t(0)
-        ));
-        assert!(!set(
-            &mut cs,
-            &Desired::false_("A", "Waiting", "x"),
-            Some(1),
-            t(5)
-        ));
-        assert_eq!(cs[0].last_transition_time, t(0));
-        assert!(set(
-            &mut cs,
-            &Desired::false_("A", "Other", "y"),
-            Some(1),
-            t(6)
-        ));
-        assert_eq!(
-            cs[0].last_transition_time,
-            t(0),
-            "reason change keeps the time"
-        );
-        assert!(set(&mut cs, &Desired::true_("A", "Ok"), Some(2), t(7)));
-        assert_eq!(cs[0].last_transition_time, t(7));
-        assert_eq!(cs[0].observed_generation, Some(2));
-        assert_eq!(cs.len(), 1);
-    }
-
-    #[test]
-    fn long_messages_are_capped() {
-        let mut cs = Vec::new();
-        set(
-            &mut cs,
-            &Desired::false_("A", "R", "é".repeat(10_000)),
-            None,
-            t(0),
-        );
-        assert!(cs[0].message.len() <= MAX_MESSAGE);
-    }
-
-    #[test]
-    fn ready_summary() {
-        let mut cs = Vec::new();
-        let s = summarize_ready(&cs, &["A", "B"]);
-        assert_eq!(
-            (s.status, s.reason),
-            (ConditionStatus::Unknown, reasons::READY_UNKNOWN)
-        );
-        assert!(s.message.contains("A: Condition not yet reported"));
-
-        set(&mut cs, &Desired::true_("A", "Ok"), None, t(0));
-        set(
-            &mut cs,
-            &Desired::false_("B", "Broken", "engine down"),
-            None,
-            t(0),
-        );
-        let s = summarize_ready(&cs, &["A", "B"]);
-        assert_eq!(
-            (s.status, s.reason),
-            (ConditionStatus::False, reasons::NOT_READY)
-        );
-        assert_eq!(s.message, "B: engine down");
-
-        set(&mut cs, &Desired::true_("B", "Ok"), None, t(0));
-        assert_eq!(
-            summarize_ready(&cs, &["A", "B"]).status,
-            ConditionStatus::True
-        );
-    }
 }

@@ -4,15 +4,13 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::FINALIZER;
-
 use crate::{
     api::{
         DockerCluster, DockerMachine, DockerMachineStatus,
         conditions::{Desired, reasons, types},
     },
     capi::{self, Cluster, Machine},
-    controllers::kit::lifecycle::{Decide, Facts, Report},
+    controllers::kit::lifecycle::{Facts, Report},
 };
 
 /// The status a DockerMachine reconcile builds.
@@ -52,33 +50,6 @@ pub enum Normal {
     Refresh(Bound),
     /// Create (or adopt) the node container and bootstrap it from this Secret.
     Provision(Bound, String),
-}
-
-/// The DockerMachine (DevMachine) controller.
-pub struct Machines;
-
-impl Decide for Machines {
-    type Object = DockerMachine;
-    type Fetched = Owners;
-    type Bound = Bound;
-    type Normal = Normal;
-    /// The cluster's name, if known (the Machine and the Cluster may be gone).
-    type Delete = Option<String>;
-
-    const FINALIZER: &'static str = FINALIZER;
-    const OWNER_KIND: &'static str = "Machine";
-
-    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
-        facts(kind, dm, owners)
-    }
-
-    fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> Normal {
-        normal(dm, bound)
-    }
-
-    fn decide_delete(_: &DockerMachine, owners: &Owners) -> Option<String> {
-        owners.cluster_name.clone()
-    }
 }
 
 /// Pure: what the lifecycle's gate reads of a DockerMachine's owners.
@@ -189,6 +160,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
     use super::*;
+    use crate::controllers::docker_machine::{FINALIZER, Machines};
     use crate::{
         api::DockerMachineSpec,
         capi::{

@@ -14,14 +14,14 @@ use std::sync::Arc;
 
 use kube::{ResourceExt, runtime::controller::Action};
 
-pub use decide::{Bound, Machines, Normal, Owners, Status};
+pub use decide::{Bound, Normal, Owners, Status};
 
 use super::kit::{
     caches,
     context::Context,
     error::Result,
     kinds::Kinds,
-    lifecycle::{Deleted, Reconciler, Step},
+    lifecycle::{Decide, Deleted, Facts, Reconciler, Step},
 };
 use crate::{
     api::{DockerMachine, DockerMachineStatus, conditions::types},
@@ -30,6 +30,33 @@ use crate::{
 
 /// Upstream's; a DevMachine carries the same one.
 pub const FINALIZER: &str = "dockermachine.infrastructure.cluster.x-k8s.io";
+
+/// The DockerMachine (DevMachine) controller.
+pub struct Machines;
+
+impl Decide for Machines {
+    type Object = DockerMachine;
+    type Fetched = Owners;
+    type Bound = Bound;
+    type Normal = Normal;
+    /// The cluster's name, if known (the Machine and the Cluster may be gone).
+    type Delete = Option<String>;
+
+    const FINALIZER: &'static str = FINALIZER;
+    const OWNER_KIND: &'static str = "Machine";
+
+    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
+        decide::facts(kind, dm, owners)
+    }
+
+    fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> Normal {
+        decide::normal(dm, bound)
+    }
+
+    fn decide_delete(_: &DockerMachine, owners: &Owners) -> Option<String> {
+        owners.cluster_name.clone()
+    }
+}
 
 impl Reconciler for Machines {
     type Status = DockerMachineStatus;

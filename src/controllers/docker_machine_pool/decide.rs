@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::{FINALIZER, TEMPLATE_HASH_ANNOTATION};
+use super::TEMPLATE_HASH_ANNOTATION;
 use crate::{
     api::{
         DockerMachine, DockerMachinePool,
         conditions::{Desired, reasons, types},
     },
     capi::{self, Cluster, DELETE_MACHINE_ANNOTATION, Machine, MachinePool},
-    controllers::kit::lifecycle::{Decide, Facts},
+    controllers::kit::lifecycle::Facts,
 };
 
 /// What a pool reconcile reads, fetched once.
@@ -64,32 +64,6 @@ pub struct Scale {
     /// Every wanted replica exists with a providerID (CAPI core reads providerIDList once true).
     pub all_have_provider_ids: bool,
     pub replicas_ready: Desired,
-}
-
-/// The DockerMachinePool (DevMachinePool) controller.
-pub struct Pools;
-
-impl Decide for Pools {
-    type Object = DockerMachinePool;
-    type Fetched = Fetched;
-    type Bound = Bound;
-    type Normal = Normal;
-    type Delete = Delete;
-
-    const FINALIZER: &'static str = FINALIZER;
-    const OWNER_KIND: &'static str = "MachinePool";
-
-    fn facts(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Facts<Bound> {
-        facts(kind, dmp, f)
-    }
-
-    fn decide_normal(dmp: &DockerMachinePool, f: &Fetched, bound: Bound) -> Normal {
-        normal(dmp, f, bound)
-    }
-
-    fn decide_delete(_: &DockerMachinePool, f: &Fetched) -> Delete {
-        delete(f)
-    }
 }
 
 /// Pure: what the lifecycle's gate reads of a pool's owners.
@@ -317,6 +291,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
     use super::*;
+    use crate::controllers::docker_machine_pool::Pools;
     use crate::{
         api::{DockerMachineSpec, DockerMachineStatus, Initialization},
         capi::{ClusterSpec, MachineSpec},

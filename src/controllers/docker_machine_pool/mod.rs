@@ -26,15 +26,14 @@ use kube::{
 use serde_json::json;
 use tracing::info;
 
-pub use decide::Pools;
-use decide::{Delete, Fetched, Normal, Scale};
+use decide::{Bound, Delete, Fetched, Normal, Scale};
 
 use super::kit::{
     caches,
     context::Context,
     error::Result,
     kinds::Kinds,
-    lifecycle::{Deleted, Reconciler, Step},
+    lifecycle::{Decide, Deleted, Facts, Reconciler, Step},
     patch::Patcher,
 };
 use crate::{
@@ -62,6 +61,32 @@ fn recheck(ctx: &Context, dmp: &DockerMachinePool) -> Duration {
     ctx.waits
         .next_delay(&super::key(ctx.kinds.pool, dmp))
         .max(SCALING_RECHECK)
+}
+
+/// The DockerMachinePool (DevMachinePool) controller.
+pub struct Pools;
+
+impl Decide for Pools {
+    type Object = DockerMachinePool;
+    type Fetched = Fetched;
+    type Bound = Bound;
+    type Normal = Normal;
+    type Delete = Delete;
+
+    const FINALIZER: &'static str = FINALIZER;
+    const OWNER_KIND: &'static str = "MachinePool";
+
+    fn facts(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Facts<Bound> {
+        decide::facts(kind, dmp, f)
+    }
+
+    fn decide_normal(dmp: &DockerMachinePool, f: &Fetched, bound: Bound) -> Normal {
+        decide::normal(dmp, f, bound)
+    }
+
+    fn decide_delete(_: &DockerMachinePool, f: &Fetched) -> Delete {
+        decide::delete(f)
+    }
 }
 
 impl Reconciler for Pools {

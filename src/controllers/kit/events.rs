@@ -126,14 +126,20 @@ fn fit_note(message: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::conditions::{Desired, set, types};
+    use crate::{
+        api::{
+            DockerMachineStatus,
+            conditions::{Desired, types},
+        },
+        controllers::kit::lifecycle::Report,
+    };
 
     fn conds(ds: &[Desired]) -> Vec<Condition> {
-        let mut out = Vec::new();
+        let mut report = Report::<DockerMachineStatus>::new(None, Some(1));
         for d in ds {
-            set(&mut out, d, Some(1), chrono::Utc::now());
+            report.set(d);
         }
-        out
+        report.conditions().to_vec()
     }
 
     #[test]
