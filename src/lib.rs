@@ -16,6 +16,8 @@
 //! - [`diagnostics`]: `/metrics` over HTTPS behind TokenReview and SubjectAccessReview.
 //! - [`webhook`]: the conversion webhook's TLS server (v1beta1 <-> v1beta2, [`api::conversion`]).
 //! - [`manager`]: flags, start-up order (leader election, Docker, CRDs) and shutdown.
+//! - [`inmemory`]: the in-memory backend's fake workload API server (object store, HTTPS
+//!   listener per cluster); self-contained, not wired to the controllers yet.
 //!
 //! docs/architecture.md has the module map and one reconcile walked through.
 pub mod api;
@@ -25,6 +27,7 @@ pub mod controllers;
 pub mod diagnostics;
 pub mod docker;
 pub mod http;
+pub mod inmemory;
 pub mod manager;
 pub mod telemetry;
 pub mod webhook;

@@ -1,0 +1,12 @@
+//! The in-memory backend's fake workload API server (issue 29): per workload cluster an object
+//! store ([`store`]) and an HTTPS listener serving the Kubernetes API over it ([`server`]), for
+//! the clients CAPI, KCP and CABPK point at an in-memory cluster. Nothing runs a machine: the
+//! objects are the cluster. Not wired to the controllers yet; docs/in-memory.md says what is
+//! served and what is not.
+pub mod kinds;
+pub mod selector;
+pub mod status;
+pub mod store;
+
+pub use status::ApiError;
+pub use store::{Group, Limits, Store};
