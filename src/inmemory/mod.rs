@@ -3,7 +3,9 @@
 //! the clients CAPI, KCP and CABPK point at an in-memory cluster. Nothing runs a machine: the
 //! objects are the cluster. Not wired to the controllers yet; docs/in-memory.md says what is
 //! served and what is not.
+pub mod certs;
 pub mod kinds;
+pub mod patch;
 pub mod selector;
 pub mod status;
 pub mod store;
