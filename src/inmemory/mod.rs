@@ -7,8 +7,10 @@ pub mod certs;
 pub mod kinds;
 pub mod patch;
 pub mod selector;
+pub mod server;
 pub mod status;
 pub mod store;
 
+pub use server::Listener;
 pub use status::ApiError;
 pub use store::{Group, Limits, Store};
