@@ -522,18 +522,15 @@ impl Group {
         self.changed.send_replace(state.rv);
     }
 
-    /// Serialises and checks the limits for an object about to replace `old` (if any).
-    fn build(
+    /// Checks the limits for an object about to replace `old` (if any).
+    fn admit(
         &self,
         state: &State,
         r: &Resource,
-        value: &Value,
-        namespace: &str,
-        name: &str,
-        rv: u64,
+        obj: Obj,
         old: Option<&Obj>,
     ) -> Result<Arc<Obj>, ApiError> {
-        let obj = Obj::new(value, namespace, name, rv);
+        let name = &obj.name;
         if obj.bytes.len() > self.limits.max_object_bytes {
             return Err(ApiError::too_large(format!(
                 "{} \"{name}\" is {} bytes; the in-memory API server keeps objects of at most {} bytes",
@@ -626,7 +623,7 @@ impl Group {
                 labels.insert("kubernetes.io/metadata.name".into(), json!(name));
             }
         }
-        let obj = self.build(&state, r, &value, ns, &name, rv, None)?;
+        let obj = self.admit(&state, r, Obj::new(&value, ns, &name, rv), None)?;
         state.rv = rv;
         self.commit(&mut state, res, EventType::Added, obj.clone(), None);
         Ok(obj)
@@ -751,7 +748,12 @@ impl Group {
         let rv = state.rv + 1;
         let terminating = new["metadata"]["deletionTimestamp"].is_string();
         new["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let obj = self.build(state, r, &new, &old.namespace, name, rv, Some(&old))?;
+        let obj = self.admit(
+            state,
+            r,
+            Obj::new(&new, &old.namespace, name, rv),
+            Some(&old),
+        )?;
         state.rv = rv;
         let kind = if terminating && !has_finalizers(&new) {
             EventType::Deleted
@@ -814,7 +816,7 @@ impl Group {
             value["metadata"]["deletionTimestamp"] = json!(now());
             value["metadata"]["deletionGracePeriodSeconds"] = json!(0);
             value["metadata"]["resourceVersion"] = json!(rv.to_string());
-            let obj = self.build(&state, r, &value, namespace, name, rv, Some(&old))?;
+            let obj = self.admit(&state, r, Obj::new(&value, namespace, name, rv), Some(&old))?;
             state.rv = rv;
             self.commit(&mut state, res, EventType::Modified, obj.clone(), Some(old));
             return Ok(obj);
