@@ -1,5 +1,5 @@
 //! Label and field selectors, in the API server's syntax, as far as CAPI, KCP and CABPK use
-//! them (research notes §2): labels `k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`,
+//! them (docs/in-memory.md): labels `k=v`, `k==v`, `k!=v`, `k`, `!k`, `k in (a,b)`,
 //! `k notin (a,b)`, comma-joined; fields `metadata.name`, `metadata.namespace` and (Pods)
 //! `spec.nodeName`, with `=`, `==` or `!=`. Anything else is a 400, never a silent match-all.
 use super::status::ApiError;

@@ -598,3 +598,58 @@ async fn a_stopped_listener_refuses_connections() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
 }
+
+#[tokio::test]
+async fn a_selective_watch_sees_objects_enter_and_leave_its_selection() {
+    let fake = start().await;
+    let in_ns: Api<ConfigMap> = Api::namespaced(fake.client.clone(), "kube-system");
+    let elsewhere: Api<ConfigMap> = Api::namespaced(fake.client.clone(), "default");
+    let rv = in_ns
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let params = WatchParams::default()
+        .labels("tier=control-plane")
+        .timeout(2);
+    let stream = in_ns.watch(&params, &rv).await.unwrap();
+    let cm = |name: &str, tier: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": {"tier": tier}}}))
+            .unwrap()
+    };
+    // Not seen: another namespace, another tier.
+    elsewhere
+        .create(&PostParams::default(), &cm("x", "control-plane"))
+        .await
+        .unwrap();
+    in_ns
+        .create(&PostParams::default(), &cm("worker", "node"))
+        .await
+        .unwrap();
+    in_ns
+        .create(&PostParams::default(), &cm("cp", "control-plane"))
+        .await
+        .unwrap();
+    for (name, tier) in [("worker", "control-plane"), ("cp", "node")] {
+        let p = json!({"metadata": {"labels": {"tier": tier}}});
+        in_ns
+            .patch(name, &PatchParams::default(), &Patch::Merge(&p))
+            .await
+            .unwrap();
+    }
+    let seen: Vec<String> = stream
+        .try_collect::<Vec<_>>()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e {
+            WatchEvent::Added(c) => Some(format!("ADDED {}", c.name_any())),
+            WatchEvent::Modified(c) => Some(format!("MODIFIED {}", c.name_any())),
+            WatchEvent::Deleted(c) => Some(format!("DELETED {}", c.name_any())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seen, ["ADDED cp", "ADDED worker", "DELETED cp"]);
+}
