@@ -16,8 +16,9 @@
 //! Bounds: [`MAX_CONNECTIONS`] connections per listener (more wait in the kernel's queue),
 //! bodies of at most [`MAX_BODY`], a TLS handshake within 10 s, request headers within 30 s, a
 //! non-watch request within 60 s, a watch at most an hour. A watch holds no copy of the events:
-//! it reads the group's event ring as the client consumes, and one that falls behind the ring
-//! ends with a 410 `Expired` ERROR event (the client lists again).
+//! it reads the group's event ring as the client consumes. One that starts from, or falls
+//! behind to, a resourceVersion the ring no longer covers ends with an ERROR event carrying a
+//! 410 `Expired` Status, as the API server's watch cache does (the client lists again).
 use std::{
     collections::{HashMap, VecDeque},
     convert::Infallible,
@@ -754,12 +755,9 @@ fn start_watch(
         let rv: u64 = rv_param
             .parse()
             .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv_param:?}")))?;
-        // A watch from an rv whose events are gone is refused before it starts.
-        if let Err(floor) = group.events_since(rv) {
-            return Err(ApiError::expired(format!(
-                "too old resource version: {rv} ({floor})"
-            )));
-        }
+        // A watch from an rv whose events are gone still starts (200), and its first and only
+        // event is an ERROR with the 410 Status: the API server's watch cache answers so, and
+        // client-go and kube-rs list again on it.
         (VecDeque::new(), rv)
     };
     let now = Instant::now();
