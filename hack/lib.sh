@@ -22,6 +22,16 @@ COREDNS_VERSION=${COREDNS_VERSION:-1.13.1}
 UPGRADE_FROM=${UPGRADE_FROM:-1.34.4}
 UPGRADE_ETCD=${UPGRADE_ETCD:-3.6.5}
 UPGRADE_COREDNS=${UPGRADE_COREDNS:-1.12.1}
+# kubeadm_deps VERSION: "ETCD COREDNS", the versions kubeadm vVERSION deploys, for every Kubernetes
+# version a node image is built for (hack/node-image.sh refuses a pair kubeadm does not list).
+kubeadm_deps() {
+  case $1 in
+    "$K8S_VERSION") echo "$ETCD_VERSION $COREDNS_VERSION" ;;
+    "$UPGRADE_FROM") echo "$UPGRADE_ETCD $UPGRADE_COREDNS" ;;
+    1.36.3) echo "3.6.8 1.14.2" ;;
+    *) return 1 ;;
+  esac
+}
 # crictl in the node image, as kind's has it (upstream CAPD v1.14 waits for `crictl ps` before
 # it bootstraps a node). v1.34.0 is the newest sigs.k8s.io/cri-tools the module proxy has.
 CRICTL_VERSION=${CRICTL_VERSION:-1.34.0}

@@ -35,7 +35,9 @@
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
 # ARTIFACTS (default $CACHE_DIR/upstream-e2e/<time>, the last 5 kept: logs, resource dumps, the
 # Ginkgo report), E2E_ARGS (more arguments for the suite, e.g. -e2e.skip-resource-cleanup or
-# -ginkgo.focus=REGEXP).
+# -ginkgo.focus=REGEXP), KUBERNETES_VERSION (the workload clusters' version instead of
+# config.yaml's, e.g. v1.36.3 for kcp-adoption; the framework reads it from the environment
+# first; its node image is built here, for the versions hack/lib.sh's kubeadm_deps knows).
 # Not part of hack/test.sh: a cold build of the suite plus a spec run does not fit its budget.
 source "$(dirname "$0")/lib.sh"
 
@@ -168,6 +170,13 @@ run() {
     preload="[\"registry.k8s.io/kube-proxy:v$UPGRADE_FROM\"]"
     docker image inspect "registry.k8s.io/kube-proxy:v$UPGRADE_FROM" >/dev/null 2>&1 ||
       die "registry.k8s.io/kube-proxy:v$UPGRADE_FROM is not on this engine after building its node image"
+  fi
+  if [[ -n ${KUBERNETES_VERSION:-} && ${KUBERNETES_VERSION#v} != "$K8S_VERSION" ]]; then
+    local deps
+    deps=$(kubeadm_deps "${KUBERNETES_VERSION#v}") ||
+      die "KUBERNETES_VERSION=$KUBERNETES_VERSION: no etcd and CoreDNS versions for it in hack/lib.sh (kubeadm_deps)"
+    K8S_VERSION=${KUBERNETES_VERSION#v} ETCD_VERSION=${deps% *} COREDNS_VERSION=${deps#* } \
+      "$HACK_DIR/node-image.sh"
   fi
   "$HACK_DIR/kind-providers.sh" build
   "$HACK_DIR/kind.sh" up
