@@ -24,6 +24,14 @@ pub mod types {
     pub const LEGACY_BOOTSTRAP_EXEC_SUCCEEDED: &str = "BootstrapExecSucceeded";
     /// DockerMachinePool: every replica exists, is up to date and provisioned.
     pub const REPLICAS_READY: &str = "ReplicasReady";
+    /// DevMachine, in-memory backend (upstream v1.14): the fake VM is up (its providerID set).
+    pub const VM_PROVISIONED: &str = "VMProvisioned";
+    /// DevMachine, in-memory backend: the fake Node exists in the workload cluster.
+    pub const NODE_PROVISIONED: &str = "NodeProvisioned";
+    /// DevMachine, in-memory backend, control planes only: the fake etcd member is up.
+    pub const ETCD_PROVISIONED: &str = "EtcdProvisioned";
+    /// DevMachine, in-memory backend, control planes only: the fake API server is up.
+    pub const API_SERVER_PROVISIONED: &str = "APIServerProvisioned";
 }
 
 pub mod reasons {
@@ -47,6 +55,17 @@ pub mod reasons {
     pub const WAITING_FOR_CLUSTER_INFRASTRUCTURE: &str = "WaitingForClusterInfrastructureReady";
     pub const WAITING_FOR_CONTROL_PLANE_INITIALIZED: &str = "WaitingForControlPlaneInitialized";
     pub const WAITING_FOR_BOOTSTRAP_DATA: &str = "WaitingForBootstrapData";
+    // DevMachine, in-memory backend (upstream v1.14).
+    /// A phase's startup time (`startupDuration` plus jitter) is not over yet.
+    pub const WAITING_FOR_STARTUP_TIMEOUT: &str = "WaitingForStartupTimeout";
+    pub const WAITING_FOR_VM_PROVISIONED: &str = "WaitingForVMProvisioned";
+    pub const WAITING_FOR_NODE_PROVISIONED: &str = "WaitingForNodeProvisioned";
+    /// Upstream's reason for an error while provisioning a phase.
+    pub const INTERNAL_ERROR: &str = "InternalError";
+    // DevCluster, in-memory backend.
+    /// Ours (upstream only returns an error): no port is left for the workload cluster's
+    /// fake API server.
+    pub const PORT_RANGE_EXHAUSTED: &str = "PortRangeExhausted";
     pub const PROVISIONED: &str = "Provisioned";
     pub const NOT_PROVISIONED: &str = "NotProvisioned";
     pub const NOT_SUCCEEDED: &str = "NotSucceeded";
