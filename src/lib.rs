@@ -17,7 +17,9 @@
 //! - [`webhook`]: the conversion webhook's TLS server (v1beta1 <-> v1beta2, [`api::conversion`]).
 //! - [`manager`]: flags, start-up order (leader election, Docker, CRDs) and shutdown.
 //! - [`inmemory`]: the in-memory backend's fake workload API server (object store, HTTPS
-//!   listener per cluster); self-contained, not wired to the controllers yet.
+//!   listener per cluster), the typed `spec.backend.inMemory` ([`inmemory::spec`]) and the pure
+//!   phase and endpoint decisions of an in-memory machine and cluster ([`inmemory::phases`]);
+//!   not wired to the controllers yet.
 //!
 //! docs/architecture.md has the module map and one reconcile walked through.
 pub mod api;
