@@ -129,7 +129,7 @@ down() {
     if [[ -n $ids ]]; then
       log "removing $(wc -w <<<"$ids") leftover workload containers on $net"
       # shellcheck disable=SC2086  # one argument per container id
-      docker rm -f $ids >/dev/null
+      docker rm -f -v $ids >/dev/null  # -v: their anonymous /var volumes too
       "$HACK_DIR/kind.sh" down
     fi
   fi
