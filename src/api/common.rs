@@ -252,3 +252,17 @@ pub struct DeprecatedV1Beta1 {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<V1Beta1Condition>>,
 }
+
+/// What a JSON value is, for an error that says what was found instead of what was wanted
+/// (user input read as `serde_json::Value`: Ignition configs, the `inMemory` backend's spec).
+pub fn json_kind(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

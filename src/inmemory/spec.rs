@@ -17,7 +17,10 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::api::dev::{DevClusterBackend, DevMachineBackend};
+use crate::api::{
+    common::json_kind as type_name,
+    dev::{DevClusterBackend, DevMachineBackend},
+};
 
 /// Why an `inMemory` spec cannot be read. `field` is the path below the backend, such as
 /// `inMemory.vm.provisioning.startupDuration`.
@@ -136,17 +139,6 @@ impl Provisioning {
         // Upstream: time.Duration(rand * jitter * float64(d)), truncated toward zero.
         let extra = draw.0 * self.startup_jitter * base.as_nanos() as f64;
         base + Duration::from_nanos(extra as u64)
-    }
-}
-
-fn type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

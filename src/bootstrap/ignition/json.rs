@@ -1,16 +1,7 @@
 //! Reading Ignition's JSON: typed accessors whose errors name the location.
 use super::*;
 
-pub(super) fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
+pub(super) use crate::api::common::json_kind as kind;
 
 pub(super) fn invalid(location: impl Into<String>, reason: impl Into<String>) -> BootstrapError {
     BootstrapError::Invalid {
