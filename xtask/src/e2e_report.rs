@@ -131,12 +131,10 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "kcp_adoption_test.go",
         "KCP adopts hand-made control-plane Machines",
-        // Our suite runs it under label kcp-adoption; it fails at v1.35 by KCP's design.
-        NotRunnable(
-            "needs a Kubernetes >= v1.36 node image: for 1.31 <= v < 1.36 KCP adds the \
-             ControlPlaneKubeletLocalMode gate to the config it wants, so the Machines it adopts \
-             look outdated and are rolled out (seen at v1.35.4; label kcp-adoption)",
-        ),
+        // Needs Kubernetes >= v1.36 (KUBERNETES_VERSION=v1.36.3): for 1.31 <= v < 1.36 KCP adds
+        // the ControlPlaneKubeletLocalMode gate to the config it wants, so the Machines it adopts
+        // look outdated and are rolled out (seen at v1.35.4). docs/upstream-e2e.md says how.
+        Label("kcp-adoption"),
     ),
     spec(
         "kcp_infra_adoption_test.go",
