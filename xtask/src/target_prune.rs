@@ -20,7 +20,8 @@ use std::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub path: PathBuf,
-    /// The later of its modification and access times: built, or run (or read by a build).
+    /// An executable: the later of its modification and access times (built, or run); an
+    /// incremental directory: its modification time (a build wrote a session into it).
     pub last_used: SystemTime,
     pub bytes: u64,
 }
@@ -63,7 +64,10 @@ fn incremental(dir: &Path) -> io::Result<Vec<Entry>> {
         if meta.is_dir() {
             out.push(Entry {
                 path: d.path(),
-                last_used: last_used(&meta)?,
+                // Modification only: every build adds a session directory, while reading the
+                // directory (as `dir_bytes` does, each run) would refresh its access time and
+                // keep a stale one forever.
+                last_used: meta.modified()?,
                 bytes: dir_bytes(&d.path())?,
             });
         }
@@ -203,7 +207,16 @@ mod tests {
         let old_inc = inc.join("capd-0bhlylxxbxacc");
         fs::create_dir_all(old_inc.join("s-1")).unwrap();
         fs::write(old_inc.join("s-1/query-cache.bin"), b"xyz").unwrap();
-        age(&old_inc, 3);
+        // Read yesterday (a listing refreshes the access time), last built into 3 days ago.
+        let read = SystemTime::now() - DAY;
+        File::open(&old_inc)
+            .unwrap()
+            .set_times(
+                FileTimes::new()
+                    .set_accessed(read)
+                    .set_modified(SystemTime::now() - 3 * DAY),
+            )
+            .unwrap();
         let new_inc = inc.join("capd-36r3pwxqg5i2r");
         fs::create_dir_all(&new_inc).unwrap();
 
