@@ -5,7 +5,9 @@
 //! and endpoint decisions of an in-memory machine and cluster ([`phases`]) are here too. Not
 //! wired to the controllers yet; docs/in-memory.md says what is served and what is not.
 pub mod certs;
+pub mod cloud;
 pub mod kinds;
+pub mod objects;
 pub mod patch;
 pub mod phases;
 pub mod selector;
@@ -14,6 +16,7 @@ pub mod spec;
 pub mod status;
 pub mod store;
 
+pub use cloud::Cloud;
 pub use server::Listener;
 pub use status::ApiError;
 pub use store::{Group, Limits, Store};
