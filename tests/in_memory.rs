@@ -52,7 +52,7 @@ fn manifest(name: &str, ns: &str, workers: u32) -> String {
                 "version": format!("v{K8S_VERSION}"),
                 "machineTemplate": {"spec": {"infrastructureRef": {
                     "apiGroup": infra, "kind": "DevMachineTemplate", "name": format!("{name}-cp")}}},
-                "kubeadmConfigSpec": {},
+                "kubeadmConfigSpec": {"format": "cloud-config"},
             },
         }),
         json!({
@@ -63,7 +63,7 @@ fn manifest(name: &str, ns: &str, workers: u32) -> String {
         json!({
             "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
             "metadata": {"name": format!("{name}-md"), "namespace": ns},
-            "spec": {"template": {"spec": {}}},
+            "spec": {"template": {"spec": {"format": "cloud-config"}}},
         }),
         json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",

@@ -36,10 +36,11 @@ pub const UNSERVED_BACKEND: &str = "capd-rs.infrastructure.cluster.x-k8s.io/unse
 
 /// The backend a view is marked with ([`UNSERVED_BACKEND`]), if any.
 pub fn unserved_backend(meta: &KubeMeta) -> Option<&str> {
-    meta.annotations
-        .as_ref()?
-        .get(UNSERVED_BACKEND)
-        .map(String::as_str)
+    view_mark(meta, UNSERVED_BACKEND)
+}
+
+fn view_mark<'a>(meta: &'a KubeMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
 /// Set on a view (never written to the API server) of a Dev* object whose backend is
@@ -49,10 +50,7 @@ pub const IN_MEMORY_BACKEND: &str = "capd-rs.infrastructure.cluster.x-k8s.io/in-
 
 /// The `spec.backend.inMemory` a view is marked with ([`IN_MEMORY_BACKEND`]), if any.
 pub fn in_memory_backend(meta: &KubeMeta) -> Option<&str> {
-    meta.annotations
-        .as_ref()?
-        .get(IN_MEMORY_BACKEND)
-        .map(String::as_str)
+    view_mark(meta, IN_MEMORY_BACKEND)
 }
 
 /// What the condition of an object with an unserved backend says.

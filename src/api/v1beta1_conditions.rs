@@ -145,17 +145,9 @@ const IN_MEMORY_PHASES: &[&str] = &[
     types::API_SERVER_PROVISIONED,
 ];
 
+/// As a container's, but for the phases' own waits; a failure is upstream's InternalError.
 fn in_memory_phase(reason: &str) -> (&'static str, &'static str) {
     match reason {
-        reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE => {
-            (v1beta1::WAITING_FOR_CLUSTER_INFRASTRUCTURE, severity::INFO)
-        }
-        reasons::WAITING_FOR_CONTROL_PLANE_INITIALIZED => {
-            (v1beta1::WAITING_FOR_CONTROL_PLANE_AVAILABLE, severity::INFO)
-        }
-        reasons::WAITING_FOR_BOOTSTRAP_DATA => {
-            (v1beta1::WAITING_FOR_BOOTSTRAP_DATA, severity::INFO)
-        }
         reasons::WAITING_FOR_STARTUP_TIMEOUT => {
             (reasons::WAITING_FOR_STARTUP_TIMEOUT, severity::INFO)
         }
@@ -165,8 +157,12 @@ fn in_memory_phase(reason: &str) -> (&'static str, &'static str) {
         reasons::WAITING_FOR_NODE_PROVISIONED => {
             (reasons::WAITING_FOR_NODE_PROVISIONED, severity::INFO)
         }
-        reasons::DELETING => (v1beta1::DELETING, severity::INFO),
-        _ => (reasons::INTERNAL_ERROR, severity::WARNING),
+        _ => match container(reason) {
+            (v1beta1::CONTAINER_PROVISIONING_FAILED, _) => {
+                (reasons::INTERNAL_ERROR, severity::WARNING)
+            }
+            waiting => waiting,
+        },
     }
 }
 

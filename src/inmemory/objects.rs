@@ -27,6 +27,8 @@ pub const API_SERVER_COMPONENTS: &[&str] = &[
 /// The CoreDNS image kubeadm's default would be; KCP compares it with the one it wants and
 /// updates the Deployment when they differ, as on a real cluster.
 const COREDNS_IMAGE: &str = "registry.k8s.io/coredns/coredns:v1.10.1";
+/// A Corefile KCP can read (it migrates it when it changes the CoreDNS version).
+const COREFILE: &str = ".:53 {\n    errors\n    health\n    forward . /etc/resolv.conf\n}\n";
 
 /// The Node of an in-memory machine. `version` is the Machine's `spec.version` (the kubelet's).
 pub fn node(name: &str, provider_id: &str, version: Option<&str>, control_plane: bool) -> Value {
@@ -138,51 +140,43 @@ pub fn kubeadm_init_objects(version: Option<&str>) -> Vec<(&'static str, Value)>
         ),
         (
             "ConfigMap",
-            json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": { "name": "kubeadm-config", "namespace": "kube-system" },
-                "data": { "ClusterConfiguration": "" },
-            }),
+            config_map("kubeadm-config", "ClusterConfiguration", ""),
         ),
         (
             "DaemonSet",
-            json!({
-                "apiVersion": "apps/v1", "kind": "DaemonSet",
-                "metadata": { "name": "kube-proxy", "namespace": "kube-system",
-                              "labels": { "k8s-app": "kube-proxy" } },
-                "spec": {
-                    "selector": { "matchLabels": { "k8s-app": "kube-proxy" } },
-                    "template": {
-                        "metadata": { "labels": { "k8s-app": "kube-proxy" } },
-                        "spec": { "containers": [{ "name": "kube-proxy", "image": proxy_image }] },
-                    },
-                },
-            }),
+            workload("DaemonSet", "kube-proxy", "kube-proxy", &proxy_image),
         ),
-        (
-            "ConfigMap",
-            json!({
-                "apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": { "name": "coredns", "namespace": "kube-system" },
-                "data": { "Corefile": ".:53 {\n    errors\n    health\n    forward . /etc/resolv.conf\n}\n" },
-            }),
-        ),
+        ("ConfigMap", config_map("coredns", "Corefile", COREFILE)),
         (
             "Deployment",
-            json!({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": { "name": "coredns", "namespace": "kube-system",
-                              "labels": { "k8s-app": "kube-dns" } },
-                "spec": {
-                    "selector": { "matchLabels": { "k8s-app": "kube-dns" } },
-                    "template": {
-                        "metadata": { "labels": { "k8s-app": "kube-dns" } },
-                        "spec": { "containers": [{ "name": "coredns", "image": COREDNS_IMAGE }] },
-                    },
-                },
-            }),
+            workload("Deployment", "coredns", "kube-dns", COREDNS_IMAGE),
         ),
     ]
+}
+
+/// A kube-system ConfigMap `name` holding one `key`.
+fn config_map(name: &str, key: &str, value: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": name, "namespace": "kube-system" },
+        "data": { key: value },
+    })
+}
+
+/// A kube-system DaemonSet or Deployment `name` whose Pods (labelled `k8s-app: <app>`) run one
+/// container of the same name: what KCP reads and patches of kube-proxy and CoreDNS.
+fn workload(kind: &str, name: &str, app: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": kind,
+        "metadata": { "name": name, "namespace": "kube-system", "labels": { "k8s-app": app } },
+        "spec": {
+            "selector": { "matchLabels": { "k8s-app": app } },
+            "template": {
+                "metadata": { "labels": { "k8s-app": app } },
+                "spec": { "containers": [{ "name": name, "image": image }] },
+            },
+        },
+    })
 }
 
 #[cfg(test)]
