@@ -245,35 +245,50 @@ func run(out string) error {
 	// What controller-runtime's apiutil.createRestConfig sets for a kind its protobuf scheme
 	// recognises: ContentType protobuf; the clientset keeps its own negotiated serializer, the
 	// same WithoutConversion codec factory controller-runtime builds.
-	client, err := kubernetes.NewForConfig(&rest.Config{
+	protobuf, err := kubernetes.NewForConfig(&rest.Config{
 		Host:          server.URL,
 		ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeProtobuf},
 	})
 	if err != nil {
 		return err
 	}
+	// The same requests from a JSON client: the body the server stores for the same object,
+	// which the Rust tests compare the decoded protobuf with.
+	json, err := kubernetes.NewForConfig(&rest.Config{
+		Host:          server.URL,
+		ContentConfig: rest.ContentConfig{ContentType: runtime.ContentTypeJSON},
+	})
+	if err != nil {
+		return err
+	}
 	ctx := context.Background()
 	fixtures := []struct {
-		file, method, path string
-		send               func() error
+		name, method, path string
+		send               func(client kubernetes.Interface) error
 	}{
-		{"configmap-update.pb", http.MethodPut, "/api/v1/namespaces/kube-system/configmaps/kubeadm-config", func() error {
+		{"configmap-update", http.MethodPut, "/api/v1/namespaces/kube-system/configmaps/kubeadm-config", func(client kubernetes.Interface) error {
 			_, err := client.CoreV1().ConfigMaps("kube-system").Update(ctx, configMap(), metav1.UpdateOptions{})
 			return err
 		}},
-		{"secret-create.pb", http.MethodPost, "/api/v1/namespaces/kube-system/secrets", func() error {
+		{"secret-create", http.MethodPost, "/api/v1/namespaces/kube-system/secrets", func(client kubernetes.Interface) error {
 			_, err := client.CoreV1().Secrets("kube-system").Create(ctx, secret(), metav1.CreateOptions{})
 			return err
 		}},
-		{"clusterrolebinding-create.pb", http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", func() error {
+		{"clusterrolebinding-create", http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", func(client kubernetes.Interface) error {
 			_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, clusterRoleBinding(), metav1.CreateOptions{})
 			return err
 		}},
-		{"node-update.pb", http.MethodPut, "/api/v1/nodes/worker-1", func() error {
+		{"node-update", http.MethodPut, "/api/v1/nodes/worker-1", func(client kubernetes.Interface) error {
 			_, err := client.CoreV1().Nodes().Update(ctx, node(), metav1.UpdateOptions{})
 			return err
 		}},
-		{"delete-options.pb", http.MethodDelete, "/api/v1/nodes/worker-1", func() error {
+		// A Node with nothing set: Go writes its struct-typed fields (status.daemonEndpoints,
+		// status.nodeInfo, ...) anyway, in JSON and in protobuf alike.
+		{"node-minimal", http.MethodPut, "/api/v1/nodes/worker-2", func(client kubernetes.Interface) error {
+			_, err := client.CoreV1().Nodes().Update(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-2"}}, metav1.UpdateOptions{})
+			return err
+		}},
+		{"delete-options", http.MethodDelete, "/api/v1/nodes/worker-1", func(client kubernetes.Interface) error {
 			return client.CoreV1().Nodes().Delete(ctx, "worker-1", metav1.DeleteOptions{
 				GracePeriodSeconds: ptr(int64(30)),
 				Preconditions: &metav1.Preconditions{
@@ -284,23 +299,23 @@ func run(out string) error {
 			})
 		}},
 		// controller-runtime's Delete without options still sends a DeleteOptions body.
-		{"delete-empty.pb", http.MethodDelete, "/api/v1/nodes/worker-1", func() error {
+		{"delete-empty", http.MethodDelete, "/api/v1/nodes/worker-1", func(client kubernetes.Interface) error {
 			return client.CoreV1().Nodes().Delete(ctx, "worker-1", metav1.DeleteOptions{})
 		}},
-		{"delete-dryrun.pb", http.MethodDelete, "/api/v1/nodes/worker-1", func() error {
+		{"delete-dryrun", http.MethodDelete, "/api/v1/nodes/worker-1", func(client kubernetes.Interface) error {
 			return client.CoreV1().Nodes().Delete(ctx, "worker-1", metav1.DeleteOptions{
 				DryRun: []string{metav1.DryRunAll},
 			})
 		}},
 		// What CAPI's drain sends (core/reconcilers/machine/drain).
-		{"eviction-create.pb", http.MethodPost, "/api/v1/namespaces/default/pods/web-0/eviction", func() error {
+		{"eviction-create", http.MethodPost, "/api/v1/namespaces/default/pods/web-0/eviction", func(client kubernetes.Interface) error {
 			return client.PolicyV1().Evictions("default").Evict(ctx, &policyv1.Eviction{
 				ObjectMeta:    metav1.ObjectMeta{Name: "web-0", Namespace: "default"},
 				DeleteOptions: &metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))},
 			})
 		}},
 		// A kind the decoder does not know: the server answers 415.
-		{"serviceaccount-create.pb", http.MethodPost, "/api/v1/namespaces/default/serviceaccounts", func() error {
+		{"serviceaccount-create", http.MethodPost, "/api/v1/namespaces/default/serviceaccounts", func(client kubernetes.Interface) error {
 			_, err := client.CoreV1().ServiceAccounts("default").Create(ctx, serviceAccount(), metav1.CreateOptions{})
 			return err
 		}},
@@ -309,22 +324,32 @@ func run(out string) error {
 		return err
 	}
 	for _, f := range fixtures {
-		if err := f.send(); err != nil {
-			return fmt.Errorf("%s: client: %w", f.file, err)
+		for _, enc := range []struct {
+			client      kubernetes.Interface
+			contentType string
+			ext         string
+		}{
+			{protobuf, runtime.ContentTypeProtobuf, ".pb"},
+			{json, runtime.ContentTypeJSON, ".json"},
+		} {
+			file := f.name + enc.ext
+			if err := f.send(enc.client); err != nil {
+				return fmt.Errorf("%s: client: %w", file, err)
+			}
+			c := rec.take()
+			switch {
+			case c == nil:
+				return fmt.Errorf("%s: no request captured", file)
+			case c.method != f.method || c.path != f.path:
+				return fmt.Errorf("%s: captured %s %s, want %s %s", file, c.method, c.path, f.method, f.path)
+			case c.contentType != enc.contentType:
+				return fmt.Errorf("%s: Content-Type %q", file, c.contentType)
+			}
+			if err := os.WriteFile(filepath.Join(out, file), c.body, 0o644); err != nil {
+				return err
+			}
+			fmt.Printf("%s: %s %s, %d bytes\n", file, c.method, c.path, len(c.body))
 		}
-		c := rec.take()
-		switch {
-		case c == nil:
-			return fmt.Errorf("%s: no request captured", f.file)
-		case c.method != f.method || c.path != f.path:
-			return fmt.Errorf("%s: captured %s %s, want %s %s", f.file, c.method, c.path, f.method, f.path)
-		case c.contentType != runtime.ContentTypeProtobuf:
-			return fmt.Errorf("%s: Content-Type %q", f.file, c.contentType)
-		}
-		if err := os.WriteFile(filepath.Join(out, f.file), c.body, 0o644); err != nil {
-			return err
-		}
-		fmt.Printf("%s: %s %s, %d bytes\n", f.file, c.method, c.path, len(c.body))
 	}
 	return nil
 }
