@@ -8,6 +8,7 @@ pub mod certs;
 pub mod kinds;
 pub mod patch;
 pub mod phases;
+pub mod protobuf;
 pub mod selector;
 pub mod server;
 pub mod spec;
