@@ -12,7 +12,9 @@
 //! protobuf (`application/vnd.kubernetes.protobuf`, what controller-runtime sends for built-in
 //! kinds) for the kinds CAPI, KCP and CABPK write: ConfigMap, Secret, Node, ClusterRoleBinding,
 //! and DeleteOptions ([`super::protobuf`]); a protobuf body of another kind is a 415 naming it.
-//! Patches are JSON, as every client sends them.
+//! Patches are JSON, as every client sends them. `pods/<pod>/eviction` is not served: its POST
+//! (JSON or protobuf) is a 404 `NotFound` before the body is read, which CAPI's drain reads as
+//! "the Pod is gone", as from upstream's fake.
 //!
 //! Answers are always JSON, whatever the request's `Accept` (client-go asks for protobuf
 //! first): client-go v0.36.3 picks its decoder by the *response's* Content-Type, for a single
@@ -22,7 +24,8 @@
 //! `pkg/runtime/negotiate.go:58-83`).
 //!
 //! Every failure is a `Status` object with its code: unknown paths 404, unserved verbs 405,
-//! bad bodies or parameters 400, too-large bodies 413, unsupported media types 415.
+//! bad bodies or parameters 400, too-large bodies 413, unsupported media types (and protobuf
+//! bodies of kinds not decoded) 415.
 //!
 //! Bounds: [`MAX_CONNECTIONS`] connections per listener (more wait in the kernel's queue),
 //! bodies of at most [`MAX_BODY`], a TLS handshake within 10 s, request headers within 30 s, a
