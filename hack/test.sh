@@ -80,8 +80,9 @@ hack/capi.sh up
 export DEMO_NAME=suite-demo DEMO_HEALTH_ADDR=127.0.0.1:9451 DEMO_DIAGNOSTICS_ADDR=127.0.0.1:8444
 step "the demo (hack/demo.sh, light flavor, instance $DEMO_NAME), left running beside the rest of the suite, which shares its plane"
 DEMO_FLAVOR=light hack/demo.sh >"$CACHE_DIR/demo.log" 2>&1 || { tail -20 "$CACHE_DIR/demo.log" >&2; die "hack/demo.sh failed (log: $CACHE_DIR/demo.log)"; }
-step "end-to-end tests driven by the real Cluster API (light nodes; real Kubernetes nodes)"
+step "end-to-end tests driven by the real Cluster API (light nodes; in-memory machines; real Kubernetes nodes)"
 cargo test --locked --test e2e
+cargo test --locked --test in_memory
 cargo test --locked --test e2e_nodes -- --nocapture
 step "swapping upstream CAPD for capd-rs and back with a real workload cluster (upstream's manager: hack/build-binaries.sh capd-upstream, cached by version)"
 hack/build-binaries.sh capd-upstream

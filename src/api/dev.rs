@@ -36,10 +36,21 @@ pub const UNSERVED_BACKEND: &str = "capd-rs.infrastructure.cluster.x-k8s.io/unse
 
 /// The backend a view is marked with ([`UNSERVED_BACKEND`]), if any.
 pub fn unserved_backend(meta: &KubeMeta) -> Option<&str> {
-    meta.annotations
-        .as_ref()?
-        .get(UNSERVED_BACKEND)
-        .map(String::as_str)
+    view_mark(meta, UNSERVED_BACKEND)
+}
+
+fn view_mark<'a>(meta: &'a KubeMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Set on a view (never written to the API server) of a Dev* object whose backend is
+/// `inMemory`, when this manager serves it: its value is `spec.backend.inMemory` as JSON, which
+/// the in-memory arms read (`crate::inmemory::spec`).
+pub const IN_MEMORY_BACKEND: &str = "capd-rs.infrastructure.cluster.x-k8s.io/in-memory";
+
+/// The `spec.backend.inMemory` a view is marked with ([`IN_MEMORY_BACKEND`]), if any.
+pub fn in_memory_backend(meta: &KubeMeta) -> Option<&str> {
+    view_mark(meta, IN_MEMORY_BACKEND)
 }
 
 /// What the condition of an object with an unserved backend says.
@@ -256,31 +267,39 @@ pub struct DevMachinePoolTemplateResource {
     pub spec: DevMachinePoolSpec,
 }
 
-/// The view's metadata: the object's, marked when its backend is not served.
-fn view_meta(meta: &KubeMeta, unserved: Option<&str>) -> KubeMeta {
+/// The view's metadata: the object's, marked with its in-memory backend, served
+/// ([`IN_MEMORY_BACKEND`]) or not ([`UNSERVED_BACKEND`]). Upstream picks `inMemory` whenever it
+/// is set, and `docker` otherwise.
+fn view_meta(meta: &KubeMeta, in_memory: Option<&Value>, serve_in_memory: bool) -> KubeMeta {
     let mut meta = meta.clone();
-    if let Some(backend) = unserved {
+    if let Some(spec) = in_memory {
+        let (key, value) = if serve_in_memory {
+            (IN_MEMORY_BACKEND, spec.to_string())
+        } else {
+            (UNSERVED_BACKEND, "inMemory".to_string())
+        };
         meta.annotations
             .get_or_insert_with(BTreeMap::new)
-            .insert(UNSERVED_BACKEND.into(), backend.into());
+            .insert(key.into(), value);
     }
     meta
 }
 
-/// Which backend is asked for: upstream picks `inMemory` whenever it is set, and defaults to
-/// `docker` when neither is.
-fn unserved(in_memory: &Option<Value>) -> Option<&'static str> {
-    in_memory.is_some().then_some("inMemory")
-}
-
 impl DevCluster {
-    /// The DockerCluster this DevCluster describes.
+    /// The DockerCluster this DevCluster describes, by a manager that does not serve the
+    /// in-memory backend.
     pub fn view(&self) -> DockerCluster {
+        self.view_serving(false)
+    }
+
+    /// The DockerCluster this DevCluster describes; `in_memory`: whether the in-memory backend
+    /// is served.
+    pub fn view_serving(&self, in_memory: bool) -> DockerCluster {
         let backend = &self.spec.backend;
         let mut spec = backend.docker.clone().unwrap_or_default();
         spec.control_plane_endpoint = self.spec.control_plane_endpoint.clone();
         DockerCluster {
-            metadata: view_meta(&self.metadata, unserved(&backend.in_memory)),
+            metadata: view_meta(&self.metadata, backend.in_memory.as_ref(), in_memory),
             spec,
             status: self.status.clone(),
         }
@@ -288,13 +307,20 @@ impl DevCluster {
 }
 
 impl DevMachine {
-    /// The DockerMachine this DevMachine describes.
+    /// The DockerMachine this DevMachine describes, by a manager that does not serve the
+    /// in-memory backend.
     pub fn view(&self) -> DockerMachine {
+        self.view_serving(false)
+    }
+
+    /// The DockerMachine this DevMachine describes; `in_memory`: whether the in-memory backend
+    /// is served.
+    pub fn view_serving(&self, in_memory: bool) -> DockerMachine {
         let backend = &self.spec.backend;
         let mut spec = backend.docker.clone().unwrap_or_default();
         spec.provider_id = self.spec.provider_id.clone();
         DockerMachine {
-            metadata: view_meta(&self.metadata, unserved(&backend.in_memory)),
+            metadata: view_meta(&self.metadata, backend.in_memory.as_ref(), in_memory),
             spec,
             status: self.status.clone(),
         }
@@ -474,6 +500,17 @@ mod tests {
         assert_eq!(
             both.view().metadata.annotations.unwrap()[UNSERVED_BACKEND],
             "inMemory"
+        );
+        // Served: the view carries the in-memory spec instead, and no unserved mark.
+        let served = both.view_serving(true);
+        assert_eq!(
+            in_memory_backend(&served.metadata),
+            Some(r#"{"vm":{"provisioning":{"startupDuration":"10s"}}}"#)
+        );
+        assert!(unserved_backend(&served.metadata).is_none());
+        assert!(
+            empty.view_serving(true).metadata.annotations.is_none(),
+            "a docker object is not marked"
         );
     }
 

@@ -137,6 +137,35 @@ fn bootstrap(reason: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// An in-memory DevMachine's phase conditions, in upstream's order.
+const IN_MEMORY_PHASES: &[&str] = &[
+    types::VM_PROVISIONED,
+    types::NODE_PROVISIONED,
+    types::ETCD_PROVISIONED,
+    types::API_SERVER_PROVISIONED,
+];
+
+/// As a container's, but for the phases' own waits; a failure is upstream's InternalError.
+fn in_memory_phase(reason: &str) -> (&'static str, &'static str) {
+    match reason {
+        reasons::WAITING_FOR_STARTUP_TIMEOUT => {
+            (reasons::WAITING_FOR_STARTUP_TIMEOUT, severity::INFO)
+        }
+        reasons::WAITING_FOR_VM_PROVISIONED => {
+            (reasons::WAITING_FOR_VM_PROVISIONED, severity::INFO)
+        }
+        reasons::WAITING_FOR_NODE_PROVISIONED => {
+            (reasons::WAITING_FOR_NODE_PROVISIONED, severity::INFO)
+        }
+        _ => match container(reason) {
+            (v1beta1::CONTAINER_PROVISIONING_FAILED, _) => {
+                (reasons::INTERNAL_ERROR, severity::WARNING)
+            }
+            waiting => waiting,
+        },
+    }
+}
+
 fn replicas(reason: &str) -> (&'static str, &'static str) {
     match reason {
         reasons::DELETING => (v1beta1::DELETING, severity::INFO),
@@ -223,6 +252,15 @@ pub fn derive(
                 out.push(map_one(c, types::LOAD_BALANCER_AVAILABLE, load_balancer));
             }
             &[types::LOAD_BALANCER_AVAILABLE]
+        }
+        // An in-memory DevMachine: its phases, each mirrored under its own type (upstream v1.14).
+        Kind::Machine if get(types::VM_PROVISIONED).is_some() => {
+            for t in IN_MEMORY_PHASES {
+                if let Some(c) = get(t) {
+                    out.push(map_one(c, t, in_memory_phase));
+                }
+            }
+            IN_MEMORY_PHASES
         }
         Kind::Machine => {
             if let Some(c) = get(types::CONTAINER_PROVISIONED) {

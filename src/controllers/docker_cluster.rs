@@ -9,6 +9,7 @@ use kube::{ResourceExt, runtime::controller::Action};
 use serde_json::json;
 
 use super::{
+    in_memory,
     kit::{
         caches,
         context::Context,
@@ -21,6 +22,7 @@ use crate::{
     api::{
         ApiEndpoint, DockerCluster, DockerClusterStatus, Initialization,
         conditions::{Desired, reasons, types},
+        dev::in_memory_backend,
     },
     capi::{self, Cluster},
     controllers::kit::kinds::Kinds,
@@ -42,12 +44,22 @@ pub struct Delete {
     pub cluster: Option<Arc<Cluster>>,
 }
 
+/// What a DockerCluster (DevCluster) with its Cluster does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Normal {
+    /// The load balancer and the endpoint.
+    LoadBalancer(Arc<Cluster>),
+    /// A DevCluster of the in-memory backend: a port and the endpoint
+    /// (`controllers::in_memory::cluster`).
+    InMemory(Arc<Cluster>),
+}
+
 impl Decide for Clusters {
     type Object = DockerCluster;
     /// The owner Cluster.
     type Fetched = Option<Arc<Cluster>>;
     type Bound = Arc<Cluster>;
-    type Normal = Arc<Cluster>;
+    type Normal = Normal;
     type Delete = Delete;
 
     const FINALIZER: &'static str = FINALIZER;
@@ -64,8 +76,11 @@ impl Decide for Clusters {
         }
     }
 
-    fn decide_normal(_: &DockerCluster, _: &Option<Arc<Cluster>>, c: Arc<Cluster>) -> Arc<Cluster> {
-        c
+    fn decide_normal(dc: &DockerCluster, _: &Option<Arc<Cluster>>, c: Arc<Cluster>) -> Normal {
+        match in_memory_backend(&dc.metadata) {
+            Some(_) => Normal::InMemory(c),
+            None => Normal::LoadBalancer(c),
+        }
     }
 
     fn decide_delete(dc: &DockerCluster, cluster: &Option<Arc<Cluster>>) -> Delete {
@@ -93,6 +108,20 @@ impl Reconciler for Clusters {
         dc.status.as_ref()
     }
 
+    fn primary(dc: &DockerCluster) -> &'static str {
+        match in_memory_backend(&dc.metadata) {
+            Some(_) => in_memory::cluster::PRIMARY,
+            None => Self::PRIMARY,
+        }
+    }
+
+    fn ready_from(dc: &DockerCluster) -> Option<&'static [&'static str]> {
+        match in_memory_backend(&dc.metadata) {
+            Some(_) => None,
+            None => Some(Self::READY_FROM),
+        }
+    }
+
     async fn fetch(dc: &DockerCluster, ctx: &Context) -> Result<Option<Arc<Cluster>>> {
         let ns = dc.namespace().unwrap_or_default();
         match capi::capi_owner(&dc.metadata, "Cluster") {
@@ -107,7 +136,13 @@ impl Reconciler for Clusters {
         Ok(())
     }
 
-    async fn normal(step: &mut Step<'_, Self>, cluster: Arc<Cluster>) -> Result<Action> {
+    async fn normal(step: &mut Step<'_, Self>, plan: Normal) -> Result<Action> {
+        let cluster = match plan {
+            Normal::LoadBalancer(cluster) => cluster,
+            Normal::InMemory(cluster) => {
+                return in_memory::cluster::normal(step, &cluster.name_any()).await;
+            }
+        };
         let (dc, ctx) = (step.obj, step.ctx);
         let ns = dc.namespace().unwrap_or_default();
         let cluster_name = cluster.name_any();
@@ -163,6 +198,10 @@ impl Reconciler for Clusters {
     }
 
     async fn delete(step: &mut Step<'_, Self>, plan: Delete) -> Result<Deleted> {
+        if in_memory_backend(&step.obj.metadata).is_some() {
+            in_memory::cluster::delete(step, &plan.cluster_name)?;
+            return Ok(Deleted::Released);
+        }
         let (dc, ctx) = (step.obj, step.ctx);
         let ns = dc.namespace().unwrap_or_default();
         let uid = dc.uid().unwrap_or_default();

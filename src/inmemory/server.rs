@@ -8,10 +8,24 @@
 //! `fieldSelector`, `limit`, `continue`), create, update, merge/JSON/strategic patch, delete
 //! (with preconditions), the `status` subresource, and watch (`resourceVersion`,
 //! `timeoutSeconds`, `allowWatchBookmarks`, and watch-list: `sendInitialEvents=true` with
-//! `resourceVersionMatch=NotOlderThan`). Bodies are JSON; a protobuf body is a 415 (next step).
+//! `resourceVersionMatch=NotOlderThan`). Bodies of create, update and delete are JSON or
+//! protobuf (`application/vnd.kubernetes.protobuf`, what controller-runtime sends for built-in
+//! kinds) for the kinds CAPI, KCP and CABPK write: ConfigMap, Secret, Node, ClusterRoleBinding,
+//! and DeleteOptions ([`super::protobuf`]); a protobuf body of another kind is a 415 naming it.
+//! Patches are JSON, as every client sends them. `pods/<pod>/eviction` is not served: its POST
+//! (JSON or protobuf) is a 404 `NotFound` before the body is read, which CAPI's drain reads as
+//! "the Pod is gone", as from upstream's fake.
+//!
+//! Answers are always JSON, whatever the request's `Accept` (client-go asks for protobuf
+//! first): client-go v0.36.3 picks its decoder by the *response's* Content-Type, for a single
+//! object (`rest/request.go:1210-1220`, `transformResponse`) and for a watch stream alike
+//! (`rest/request.go:832-837`, `newStreamWatcher`), through the client negotiator, which serves
+//! every media type its scheme supports, JSON included (apimachinery
+//! `pkg/runtime/negotiate.go:58-83`).
 //!
 //! Every failure is a `Status` object with its code: unknown paths 404, unserved verbs 405,
-//! bad bodies or parameters 400, too-large bodies 413, unsupported media types 415.
+//! bad bodies or parameters 400, too-large bodies 413, unsupported media types (and protobuf
+//! bodies of kinds not decoded) 415.
 //!
 //! Bounds: [`MAX_CONNECTIONS`] connections per listener (more wait in the kernel's queue),
 //! bodies of at most [`MAX_BODY`], a TLS handshake within 10 s, request headers within 30 s, a
@@ -52,6 +66,7 @@ use tracing::{debug, warn};
 use super::{
     kinds::{self, RESOURCES, Resource, ResourceId, VERBS},
     patch::{self, PatchType},
+    protobuf,
     selector::{FieldSelector, LabelSelector},
     status::ApiError,
     store::{Event, EventType, Filter, Group, Obj, Part, Preconditions},
@@ -421,7 +436,7 @@ async fn resource(
                 }
             }
             Method::POST if !r.namespaced || namespace.is_some() => {
-                let value = json_body(req).await?;
+                let value = object_body(req, r).await?;
                 let obj = g.create(res, ns, value)?;
                 Ok(json_bytes(201, obj.bytes.clone()))
             }
@@ -439,7 +454,7 @@ async fn resource(
             match method {
                 Method::GET => Ok(json_bytes(200, g.get(res, ns, name)?.bytes.clone())),
                 Method::PUT => {
-                    let value = json_body(req).await?;
+                    let value = object_body(req, r).await?;
                     Ok(json_bytes(
                         200,
                         g.update(res, ns, name, value, part)?.bytes.clone(),
@@ -454,7 +469,7 @@ async fn resource(
                     Ok(json_bytes(200, obj.bytes.clone()))
                 }
                 Method::DELETE if part == Part::Main => {
-                    let pre = delete_options(req).await?;
+                    let pre = delete_options(req, r).await?;
                     Ok(json_bytes(
                         200,
                         g.delete(res, ns, name, &pre)?.bytes.clone(),
@@ -474,18 +489,29 @@ fn content_type(req: &Request<Incoming>) -> &str {
         .unwrap_or("")
 }
 
-/// Refuses bodies that are not JSON, with the reason.
-fn json_media(content_type: &str) -> Result<(), ApiError> {
-    let media = content_type.split(';').next().unwrap_or("").trim();
+/// The encodings a request body may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Media {
+    Json,
+    Protobuf,
+}
+
+/// The encoding of a body, or the 415 that refuses it.
+fn media(content_type: &str) -> Result<Media, ApiError> {
+    let media = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     if media.is_empty() || media == "application/json" || media.ends_with("+json") {
-        Ok(())
-    } else if media == "application/vnd.kubernetes.protobuf" {
-        Err(ApiError::unsupported_media(
-            "protobuf request bodies are not supported by the in-memory API server yet; send application/json",
-        ))
+        Ok(Media::Json)
+    } else if media == protobuf::MEDIA_TYPE {
+        Ok(Media::Protobuf)
     } else {
         Err(ApiError::unsupported_media(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json (got {media:?})"
+            "the body of the request was in an unknown format - accepted media types include: application/json, {} (got {media:?})",
+            protobuf::MEDIA_TYPE
         )))
     }
 }
@@ -502,25 +528,53 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
     }
 }
 
-async fn json_body(req: Request<Incoming>) -> Result<Value, ApiError> {
-    json_media(content_type(&req))?;
-    let bytes = read_body(req).await?;
-    let value: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("the body is not valid JSON: {e}")))?;
+fn parse_json(bytes: &[u8], what: &str) -> Result<Value, ApiError> {
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("{what} is not valid JSON: {e}")))?;
     if !value.is_object() {
-        return Err(ApiError::bad_request("the body is not a JSON object"));
+        return Err(ApiError::bad_request(format!(
+            "{what} is not a JSON object"
+        )));
     }
     Ok(value)
 }
 
-async fn delete_options(req: Request<Incoming>) -> Result<Preconditions, ApiError> {
-    json_media(content_type(&req))?;
+/// The object of a create or update, as JSON whatever its encoding. A protobuf body's kind is
+/// the URL's unless its envelope says otherwise; the store refuses one that does not match.
+async fn object_body(req: Request<Incoming>, r: &Resource) -> Result<Value, ApiError> {
+    let media = media(content_type(&req))?;
+    let bytes = read_body(req).await?;
+    match media {
+        Media::Json => parse_json(&bytes, "the body"),
+        Media::Protobuf => protobuf::decode(&bytes, (&r.api_version(), r.kind)),
+    }
+}
+
+/// The preconditions of a DELETE's DeleteOptions (JSON or protobuf; none without a body).
+async fn delete_options(req: Request<Incoming>, r: &Resource) -> Result<Preconditions, ApiError> {
+    let media = media(content_type(&req))?;
     let bytes = read_body(req).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Preconditions::default());
     }
-    let value: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("the DeleteOptions are not valid JSON: {e}")))?;
+    let value = match media {
+        Media::Json => parse_json(&bytes, "the DeleteOptions")?,
+        Media::Protobuf => protobuf::decode(&bytes, (&r.api_version(), "DeleteOptions"))?,
+    };
+    match value.get("kind").and_then(Value::as_str) {
+        None | Some("DeleteOptions") => {}
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "the body of a DELETE is a DeleteOptions, not a {other}"
+            )));
+        }
+    }
+    // As for the dryRun parameter: nothing here may pretend to have deleted.
+    if value["dryRun"].as_array().is_some_and(|d| !d.is_empty()) {
+        return Err(ApiError::bad_request(
+            "dryRun is not supported by the in-memory API server",
+        ));
+    }
     let field = |k: &str| value["preconditions"][k].as_str().map(String::from);
     Ok(Preconditions {
         resource_version: field("resourceVersion"),

@@ -206,6 +206,16 @@ pub struct Flags {
     /// nodes run this provider; every DockerMachine author is then root on the host).
     #[arg(long, env = "CAPD_EXTRA_MOUNT_ALLOW_DOCKER_SOCKET", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
     pub extra_mount_allow_docker_socket: bool,
+    /// Serve `spec.backend.inMemory` of the Dev* kinds (upstream's test backend: simulated
+    /// machines, each workload cluster's API server a listener in this process). Off: such
+    /// objects are reported `BackendNotServed`. Off by default until upstream's in-memory e2e
+    /// specs pass (docs/in-memory.md).
+    #[arg(long, env = "CAPD_IN_MEMORY_BACKEND", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
+    pub in_memory_backend: bool,
+    /// The address the in-memory workload clusters' API servers listen on and their endpoints
+    /// name: the manager Pod's IP (upstream reads the same POD_IP).
+    #[arg(long, env = "POD_IP", default_value = "127.0.0.1")]
+    pub in_memory_host: String,
     /// Requeue period of healthy objects (Go duration).
     #[arg(
         long,

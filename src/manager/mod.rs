@@ -174,13 +174,16 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     );
     let runtime: Arc<dyn ContainerRuntime> = runtime;
     let (caches, writers) = controllers::kit::caches();
-    let shared = Arc::new(Shared::new(
-        client,
-        runtime,
-        settings,
-        metrics.clone(),
-        caches,
-    ));
+    let mut shared = Shared::new(client, runtime, settings, metrics.clone(), caches);
+    if flags.in_memory_backend {
+        use crate::inmemory::phases::{DEFAULT_MAX_PORT, DEFAULT_MIN_PORT};
+        info!(host = %flags.in_memory_host, "serving the in-memory backend");
+        shared.in_memory = Some(Arc::new(crate::inmemory::Cloud::new(
+            flags.in_memory_host.clone(),
+            (DEFAULT_MIN_PORT, DEFAULT_MAX_PORT),
+        )));
+    }
+    let shared = Arc::new(shared);
     let tracked = Arc::downgrade(&shared);
     metrics.set_tracked_source(Arc::new(move || {
         tracked.upgrade().map(|c| c.tracked()).unwrap_or_default()

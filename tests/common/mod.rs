@@ -236,6 +236,17 @@ impl TestEnv {
         (env, ns)
     }
 
+    /// [`Self::with_namespaced_manager`], the manager started with `extra_args` too.
+    pub async fn with_namespaced_manager_args(prefix: &str, extra_args: &[&str]) -> (Self, String) {
+        let mut env = Self::new(prefix).await;
+        let ns = env.handle().namespace("ns").await;
+        let scope = format!("--namespace={ns}");
+        let mut args = vec![scope.as_str()];
+        args.extend_from_slice(extra_args);
+        env.spawn_manager(&args, None);
+        (env, ns)
+    }
+
     /// Start the manager watching one namespace (objects CAPI creates carry no watch filter).
     pub fn start_manager_in_namespace(&mut self, namespace: &str) {
         self.spawn_manager(&[&format!("--namespace={namespace}")], None);

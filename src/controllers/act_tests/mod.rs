@@ -14,5 +14,6 @@ mod scenario;
 
 mod cluster;
 mod gates;
+mod in_memory;
 mod machine;
 mod pool;

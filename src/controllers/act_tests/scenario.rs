@@ -104,17 +104,28 @@ impl Scenario {
         Self::new(kinds::DEV)
     }
 
+    /// The Dev* family, serving the in-memory backend with listeners on 127.0.0.1 in `ports`.
+    pub fn dev_in_memory(ports: (u16, u16)) -> Self {
+        Self::with(kinds::DEV, Some(ports))
+    }
+
     fn new(kinds: Kinds) -> Self {
+        Self::with(kinds, None)
+    }
+
+    fn with(kinds: Kinds, in_memory: Option<(u16, u16)>) -> Self {
         let (api, client) = ApiServer::start();
         let engine = Arc::new(Engine::default());
         let (caches, writers) = caches::caches();
-        let shared = Shared::new(
+        let mut shared = Shared::new(
             client,
             engine.clone(),
             Settings::default(),
             Arc::new(Metrics::default()),
             caches,
         );
+        shared.in_memory =
+            in_memory.map(|ports| Arc::new(crate::inmemory::Cloud::new("127.0.0.1", ports)));
         let (infra_clusters, infra_writer) = reflector::store();
         let (wake, woken) = futures::channel::mpsc::unbounded();
         let ctx = Arc::new(Context {

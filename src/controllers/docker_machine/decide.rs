@@ -46,6 +46,9 @@ impl Bound {
 pub enum Normal {
     /// Not yet: `ContainerProvisioned` says why.
     Wait(Desired),
+    /// A DevMachine of the in-memory backend, with its `spec.backend.inMemory` as JSON: a
+    /// simulated machine, no container (`controllers::in_memory::machine`).
+    InMemory(Bound, String),
     /// Provisioned earlier: report the container, bring a stopped one back; never bootstrap again.
     Refresh(Bound),
     /// Create (or adopt) the node container and bootstrap it from this Secret.
@@ -80,6 +83,9 @@ pub fn facts(kind: &str, dm: &DockerMachine, o: &Owners) -> Facts<Bound> {
 
 /// Pure: what a DockerMachine whose Machine and Cluster exist does next.
 pub fn normal(dm: &DockerMachine, bound: Bound) -> Normal {
+    if let Some(spec) = crate::api::dev::in_memory_backend(&dm.metadata) {
+        return Normal::InMemory(bound, spec.to_string());
+    }
     if !bound.cluster.infrastructure_provisioned() {
         return Normal::Wait(Desired::false_(
             types::CONTAINER_PROVISIONED,

@@ -16,6 +16,7 @@ use kube::{ResourceExt, runtime::controller::Action};
 
 pub use decide::{Bound, Normal, Owners, Status};
 
+use super::in_memory;
 use super::kit::{
     caches,
     context::Context,
@@ -24,7 +25,7 @@ use super::kit::{
     lifecycle::{Decide, Deleted, Facts, Reconciler, Step},
 };
 use crate::{
-    api::{DockerMachine, DockerMachineStatus, conditions::types},
+    api::{DockerMachine, DockerMachineStatus, conditions::types, dev::in_memory_backend},
     capi,
 };
 
@@ -80,12 +81,31 @@ impl Reconciler for Machines {
         dm.status.as_ref()
     }
 
+    fn primary(dm: &DockerMachine) -> &'static str {
+        match in_memory_backend(&dm.metadata) {
+            Some(_) => in_memory::machine::PRIMARY,
+            None => Self::PRIMARY,
+        }
+    }
+
+    fn ready_from(dm: &DockerMachine) -> Option<&'static [&'static str]> {
+        Some(match in_memory_backend(&dm.metadata) {
+            Some(_) => crate::inmemory::phases::ready_from(
+                dm.labels().contains_key(capi::CONTROL_PLANE_LABEL),
+            ),
+            None => Self::READY_FROM,
+        })
+    }
+
     async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
         fetch(dm, ctx).await
     }
 
     async fn release(dm: &DockerMachine, ctx: &Context) -> Result<()> {
         let uid = dm.uid().unwrap_or_default();
+        if let Some(cloud) = &ctx.in_memory {
+            cloud.forget_machine(&uid);
+        }
         ctx.bootstraps.cancel(&uid);
         crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
         Ok(())
@@ -97,6 +117,7 @@ impl Reconciler for Machines {
                 step.report.set(&waiting);
                 Ok(Action::requeue(step.ctx.settings.resync))
             }
+            Normal::InMemory(bound, spec) => in_memory::machine::normal(step, &bound, &spec).await,
             Normal::Refresh(bound) => {
                 let Step {
                     obj,
@@ -123,6 +144,10 @@ impl Reconciler for Machines {
     }
 
     async fn delete(step: &mut Step<'_, Self>, cluster_name: Option<String>) -> Result<Deleted> {
+        if in_memory_backend(&step.obj.metadata).is_some() {
+            in_memory::machine::delete(step, cluster_name.as_deref())?;
+            return Ok(Deleted::Released);
+        }
         delete::containers(step.obj, step.fetched, cluster_name.as_deref(), step.ctx).await?;
         Ok(Deleted::Released)
     }

@@ -93,6 +93,8 @@ pub struct Shared {
     pub own_writes: OwnWrites,
     /// Publishes Kubernetes Events (see [`super::events`]).
     pub recorder: Recorder,
+    /// The in-memory backend, when served (`--in-memory-backend`).
+    pub in_memory: Option<Arc<crate::inmemory::Cloud>>,
 }
 
 impl Shared {
@@ -121,6 +123,7 @@ impl Shared {
             workload: WorkloadClients::default(),
             lb_locks: LbLocks::default(),
             own_writes: OwnWrites::default(),
+            in_memory: None,
         }
     }
 
@@ -137,6 +140,7 @@ impl Shared {
             ("lb_locks", self.lb_locks.len()),
         ]
         .into_iter()
+        .chain(self.in_memory.iter().flat_map(|c| c.tracked()))
         .map(|(map, n)| (map.to_string(), n as u64))
         .collect()
     }
@@ -190,7 +194,7 @@ impl Context {
             Api::<DevCluster>::namespaced(self.client.clone(), namespace)
                 .get_opt(name)
                 .await?
-                .map(|dc| Arc::new(dc.view())),
+                .map(|dc| Arc::new(dc.view_serving(self.in_memory.is_some()))),
         )
     }
 }

@@ -86,6 +86,15 @@ pub trait Reconciler: Decide + Sized + Send + Sync + 'static {
     fn kind(kinds: Kinds) -> &'static str;
     fn status(obj: &Self::Object) -> Option<&Self::Status>;
 
+    /// [`Self::PRIMARY`] for this object (a backend may report under another condition).
+    fn primary(_obj: &Self::Object) -> &'static str {
+        Self::PRIMARY
+    }
+    /// What Ready summarises for this object; `None`: its arm sets Ready itself.
+    fn ready_from(_obj: &Self::Object) -> Option<&'static [&'static str]> {
+        Some(Self::READY_FROM)
+    }
+
     /// The objects the reconcile reads (from the caches where there are some).
     fn fetch(
         obj: &Self::Object,
@@ -254,8 +263,11 @@ async fn act<R: Reconciler>(
         }
         Plan::Delete(plan) => {
             step.report.set(&conditions::paused(&[]));
-            step.report
-                .set(&Desired::false_(R::PRIMARY, reasons::DELETING, R::DELETING));
+            step.report.set(&Desired::false_(
+                R::primary(obj),
+                reasons::DELETING,
+                R::DELETING,
+            ));
             step.report.set(&Desired::false_(
                 types::READY,
                 reasons::DELETING,
@@ -326,15 +338,15 @@ impl<'a, R: Reconciler> Step<'a, R> {
         {
             let condition = match e {
                 Error::Blocked(b) => b.condition,
-                _ => R::PRIMARY,
+                _ => R::primary(self.obj),
             };
             self.report
                 .set(&Desired::false_(condition, reason, e.to_string()));
         }
         let deleting = self.obj.meta().deletion_timestamp.is_some();
         let observed = self.patcher.observed_generation();
-        self.report
-            .close(R::RETIRED, (!deleting).then_some(R::READY_FROM), observed);
+        let ready_from = R::ready_from(self.obj).filter(|_| !deleting);
+        self.report.close(R::RETIRED, ready_from, observed);
         self.write_status().await?;
         let before = R::status(self.obj).map(WithConditions::conditions);
         events::publish(

@@ -179,12 +179,23 @@ struct OwnWatches {
 type EventStream<K> = BoxStream<'static, std::result::Result<watcher::Event<K>, watcher::Error>>;
 
 impl OwnWatches {
-    fn new(kinds: Kinds, scope: &Scope, client: &Client, wc: &WatcherConfig) -> Self {
+    /// `in_memory`: whether Dev* objects of the in-memory backend are served (their views say
+    /// so, see [`crate::api::dev::IN_MEMORY_BACKEND`]).
+    fn new(
+        kinds: Kinds,
+        scope: &Scope,
+        client: &Client,
+        wc: &WatcherConfig,
+        in_memory: bool,
+    ) -> Self {
         if kinds.is_dev() {
+            let machine = move |d: &DevMachine| d.view_serving(in_memory);
             Self {
-                clusters: views(scope.api::<DevCluster>(client), wc, DevCluster::view),
-                machines: views(scope.api::<DevMachine>(client), wc, DevMachine::view),
-                instances: views(scope.api::<DevMachine>(client), wc, DevMachine::view),
+                clusters: views(scope.api::<DevCluster>(client), wc, move |d| {
+                    d.view_serving(in_memory)
+                }),
+                machines: views(scope.api::<DevMachine>(client), wc, machine),
+                instances: views(scope.api::<DevMachine>(client), wc, machine),
                 pools: views(
                     scope.api::<DevMachinePool>(client),
                     wc,
@@ -203,7 +214,11 @@ impl OwnWatches {
 }
 
 /// A watch of the Dev* kind `D` whose objects arrive as their Docker* views.
-fn views<D, V>(api: Api<D>, wc: &WatcherConfig, view: fn(&D) -> V) -> EventStream<V>
+fn views<D, V>(
+    api: Api<D>,
+    wc: &WatcherConfig,
+    view: impl Fn(&D) -> V + Copy + Send + 'static,
+) -> EventStream<V>
 where
     D: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     V: Send + 'static,
@@ -317,7 +332,7 @@ async fn run_family<S, C, M, P>(
     let client = shared.client.clone();
     let wc = scope.watcher();
     let concurrency = scope.concurrency(kinds);
-    let own = OwnWatches::new(kinds, scope, &client, &wc);
+    let own = OwnWatches::new(kinds, scope, &client, &wc, shared.in_memory.is_some());
     let (infra_clusters, infra_writer) = reflector::store();
     let (wake, woken) = futures::channel::mpsc::unbounded();
     for (kind, n) in [

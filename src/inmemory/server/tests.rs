@@ -507,6 +507,16 @@ async fn bad_requests_get_a_status_not_a_hang() {
                 Some("application/vnd.kubernetes.protobuf"),
                 vec![0x6b, 0x38, 0x73, 0],
             ),
+            400,
+            "BadRequest",
+        ),
+        (
+            req(
+                "POST",
+                "/api/v1/nodes",
+                Some("application/yaml"),
+                b"{}".to_vec(),
+            ),
             415,
             "UnsupportedMediaType",
         ),
@@ -665,4 +675,325 @@ async fn a_selective_watch_sees_objects_enter_and_leave_its_selection() {
         })
         .collect();
     assert_eq!(seen, ["ADDED cp", "ADDED worker", "DELETED cp"]);
+}
+
+mod protobuf {
+    //! Protobuf bodies as client-go sends them (the fixtures of `inmemory::protobuf`), through
+    //! the listener: written, then read back as JSON.
+    use k8s_openapi::api::{core::v1::Secret, rbac::v1::ClusterRoleBinding};
+    use k8s_pb::{api::core::v1 as pb, apimachinery::pkg::runtime::Unknown};
+    use prost::Message;
+
+    use super::*;
+
+    const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
+
+    macro_rules! pb {
+        ($name:literal) => {
+            &include_bytes!(concat!("../testdata/protobuf/", $name, ".pb"))[..]
+        };
+    }
+
+    fn request(method: &str, path: &str, body: &[u8]) -> http::Request<Vec<u8>> {
+        http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", PROTOBUF)
+            .body(body.to_vec())
+            .unwrap()
+    }
+
+    /// A fixture with its object's metadata changed (the stored object's uid and
+    /// resourceVersion), re-encoded as client-go frames it.
+    fn edited<M: Message + Default>(
+        fixture: &[u8],
+        meta: impl FnOnce(&mut M) -> &mut Option<k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+        uid: &str,
+        rv: &str,
+    ) -> Vec<u8> {
+        let mut envelope = Unknown::decode(&fixture[4..]).unwrap();
+        let mut object = M::decode(envelope.raw.as_deref().unwrap()).unwrap();
+        let m = meta(&mut object).as_mut().unwrap();
+        m.uid = Some(uid.into());
+        m.resource_version = Some(rv.into());
+        envelope.raw = Some(object.encode_to_vec());
+        let mut out = b"k8s\0".to_vec();
+        out.extend(envelope.encode_to_vec());
+        out
+    }
+
+    async fn send(c: &Client, req: http::Request<Vec<u8>>) -> (u16, serde_json::Value) {
+        let what = format!("{} {}", req.method(), req.uri());
+        let (status, body) = tokio::time::timeout(Duration::from_secs(10), raw(c, req))
+            .await
+            .unwrap_or_else(|_| panic!("{what} hung"));
+        (status, body)
+    }
+
+    #[tokio::test]
+    async fn created_objects_read_back_as_json() {
+        let fake = start().await;
+        let c = &fake.client;
+        let (status, body) = send(
+            c,
+            request(
+                "POST",
+                "/api/v1/namespaces/kube-system/secrets",
+                pb!("secret-create"),
+            ),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        let secret = Api::<Secret>::namespaced(c.clone(), "kube-system")
+            .get("bootstrap-token-abcdef")
+            .await
+            .unwrap();
+        assert_eq!(
+            secret.type_.as_deref(),
+            Some("bootstrap.kubernetes.io/token")
+        );
+        let data = secret.data.unwrap();
+        assert_eq!(data["token-id"].0, b"abcdef");
+        assert_eq!(data["token-secret"].0, b"0123456789abcdef");
+        assert_eq!(secret.immutable, Some(true));
+
+        let (status, body) = send(
+            c,
+            request(
+                "POST",
+                "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                pb!("clusterrolebinding-create"),
+            ),
+        )
+        .await;
+        assert_eq!(status, 201, "{body}");
+        let crb = Api::<ClusterRoleBinding>::all(c.clone())
+            .get("kubeadm:cluster-admins")
+            .await
+            .unwrap();
+        assert_eq!(crb.role_ref.name, "cluster-admin");
+        assert_eq!(crb.role_ref.kind, "ClusterRole");
+        let subjects = crb.subjects.unwrap();
+        assert_eq!(subjects[0].name, "kubeadm:cluster-admins");
+        assert_eq!(subjects[1].namespace.as_deref(), Some("kube-system"));
+
+        // A second create of the same Secret: the store's answer, not the decoder's.
+        let (status, body) = send(
+            c,
+            request(
+                "POST",
+                "/api/v1/namespaces/kube-system/secrets",
+                pb!("secret-create"),
+            ),
+        )
+        .await;
+        assert_eq!(
+            (status, &body["reason"]),
+            (409, &json!("AlreadyExists")),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn updates_read_back_as_json_and_keep_the_optimistic_lock() {
+        let fake = start().await;
+        let c = &fake.client;
+        let cms = Api::<ConfigMap>::namespaced(c.clone(), "kube-system");
+        let stored = cms
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "kubeadm-config"}, "data": {"ClusterConfiguration": ""}}))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let path = "/api/v1/namespaces/kube-system/configmaps/kubeadm-config";
+        // The fixture as captured carries resourceVersion 42: stale here, so a 409.
+        let (status, body) = send(c, request("PUT", path, pb!("configmap-update"))).await;
+        assert_eq!(
+            (status, &body["reason"]),
+            (409, &json!("Conflict")),
+            "{body}"
+        );
+        let body = edited::<pb::ConfigMap>(
+            pb!("configmap-update"),
+            |cm| &mut cm.metadata,
+            &stored.uid().unwrap(),
+            &stored.resource_version().unwrap(),
+        );
+        let (status, answer) = send(c, request("PUT", path, &body)).await;
+        assert_eq!(status, 200, "{answer}");
+        let cm = cms.get("kubeadm-config").await.unwrap();
+        assert!(
+            cm.data.as_ref().unwrap()["ClusterConfiguration"]
+                .contains("kind: ClusterConfiguration")
+        );
+        assert_eq!(
+            cm.binary_data.as_ref().unwrap()["blob"].0,
+            vec![0x00, 0x01, 0xfe, 0xff]
+        );
+        assert_eq!(cm.immutable, Some(false));
+        assert_eq!(cm.labels()["app.kubernetes.io/managed-by"], "kubeadm");
+        assert_eq!(cm.finalizers(), ["example.com/keep"]);
+        assert_ne!(cm.resource_version(), stored.resource_version());
+
+        // A Node: its main resource takes the spec and metadata, `status` the status.
+        let nodes = Api::<Node>::all(c.clone());
+        let stored = nodes
+            .create(&PostParams::default(), &node("worker-1"))
+            .await
+            .unwrap();
+        let body = edited::<pb::Node>(
+            pb!("node-update"),
+            |n| &mut n.metadata,
+            &stored.uid().unwrap(),
+            &stored.resource_version().unwrap(),
+        );
+        let (status, answer) = send(c, request("PUT", "/api/v1/nodes/worker-1", &body)).await;
+        assert_eq!(status, 200, "{answer}");
+        let n = nodes.get("worker-1").await.unwrap();
+        let spec = n.spec.clone().unwrap();
+        assert_eq!(spec.provider_id.as_deref(), Some("in-memory://worker-1"));
+        assert_eq!(spec.unschedulable, Some(true));
+        assert_eq!(spec.taints.unwrap()[1].effect, "NoExecute");
+        assert_eq!(n.annotations()["cluster.x-k8s.io/machine"], "worker-1");
+        assert!(
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_none()
+        );
+        let body = edited::<pb::Node>(
+            pb!("node-update"),
+            |n| &mut n.metadata,
+            &n.uid().unwrap(),
+            &n.resource_version().unwrap(),
+        );
+        let (status, answer) =
+            send(c, request("PUT", "/api/v1/nodes/worker-1/status", &body)).await;
+        assert_eq!(status, 200, "{answer}");
+        let status = nodes.get("worker-1").await.unwrap().status.unwrap();
+        assert_eq!(
+            status.conditions.unwrap()[0].reason.as_deref(),
+            Some("KubeletReady")
+        );
+        assert_eq!(status.node_info.unwrap().kubelet_version, "v1.35.0");
+        assert_eq!(status.capacity.unwrap()["memory"].0, "8Gi");
+    }
+
+    #[tokio::test]
+    async fn delete_options_are_read_from_protobuf() {
+        let fake = start().await;
+        let c = &fake.client;
+        let nodes = Api::<Node>::all(c.clone());
+        nodes
+            .create(&PostParams::default(), &node("worker-1"))
+            .await
+            .unwrap();
+        let path = "/api/v1/nodes/worker-1";
+        // The fixture's preconditions name another uid: refused, the Node stays.
+        let (status, body) = send(c, request("DELETE", path, pb!("delete-options"))).await;
+        assert_eq!(
+            (status, &body["reason"]),
+            (409, &json!("Conflict")),
+            "{body}"
+        );
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("ResourceVersion in precondition: 17"),
+            "{body}"
+        );
+        let (status, body) = send(c, request("DELETE", path, pb!("delete-dryrun"))).await;
+        assert_eq!(status, 400, "{body}");
+        nodes.get("worker-1").await.unwrap();
+        // controller-runtime's Delete without options.
+        let (status, body) = send(c, request("DELETE", path, pb!("delete-empty"))).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(code(nodes.get("worker-1").await.unwrap_err()), 404);
+    }
+
+    #[tokio::test]
+    async fn eviction_other_kinds_and_malformed_bodies_get_a_status() {
+        let fake = start().await;
+        let c = &fake.client;
+        Api::<Node>::all(c.clone())
+            .create(&PostParams::default(), &node("n"))
+            .await
+            .unwrap();
+        let cases: Vec<(http::Request<Vec<u8>>, u16, &str, &str)> = vec![
+            // No eviction route: a 404 NotFound, which CAPI's drain reads as "Pod gone".
+            (
+                request(
+                    "POST",
+                    "/api/v1/namespaces/default/pods/web-0/eviction",
+                    pb!("eviction-create"),
+                ),
+                404,
+                "NotFound",
+                "",
+            ),
+            (
+                request(
+                    "POST",
+                    "/api/v1/namespaces/default/serviceaccounts",
+                    pb!("serviceaccount-create"),
+                ),
+                415,
+                "UnsupportedMediaType",
+                "ServiceAccount",
+            ),
+            (
+                request(
+                    "POST",
+                    "/api/v1/namespaces/default/configmaps",
+                    b"k8s\0\x0a\xff",
+                ),
+                400,
+                "BadRequest",
+                "malformed",
+            ),
+            (
+                request("POST", "/api/v1/namespaces/default/configmaps", b"{}"),
+                400,
+                "BadRequest",
+                "k8s",
+            ),
+            // A Secret's body at the ConfigMaps' URL: the store sees the kind differ.
+            (
+                request(
+                    "POST",
+                    "/api/v1/namespaces/kube-system/configmaps",
+                    pb!("secret-create"),
+                ),
+                400,
+                "BadRequest",
+                "Secret",
+            ),
+            (
+                request("PUT", "/api/v1/nodes/n", pb!("delete-empty")),
+                400,
+                "BadRequest",
+                "DeleteOptions",
+            ),
+            (
+                request("DELETE", "/api/v1/nodes/n", pb!("node-minimal")),
+                400,
+                "BadRequest",
+                "DeleteOptions",
+            ),
+        ];
+        for (req, want, reason, mentions) in cases {
+            let what = format!("{} {}", req.method(), req.uri());
+            let (status, body) = send(c, req).await;
+            assert_eq!(status, want, "{what}: {body}");
+            assert_eq!(body["kind"], "Status", "{what}: {body}");
+            assert_eq!(body["reason"], reason, "{what}: {body}");
+            assert!(
+                body["message"].as_str().unwrap().contains(mentions),
+                "{what}: {body}"
+            );
+        }
+    }
 }

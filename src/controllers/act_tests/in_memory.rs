@@ -1,0 +1,262 @@
+//! The in-memory backend's arms: a DevCluster gets a port and its endpoint, a DevMachine its
+//! phases, and the objects they make are served to a client of the workload cluster.
+use std::time::Duration;
+
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::{Node, Pod, Secret},
+};
+use kube::{Api, Client, api::ListParams};
+use rustls::pki_types::{CertificateDer, pem::PemObject};
+use serde_json::{Value, json};
+
+use super::scenario::{self as sc, Scenario, condition};
+use crate::{
+    api::dev,
+    capi::Machine,
+    controllers::{docker_cluster, docker_machine},
+    inmemory::certs::tests::{RSA_PKCS1, ca_cert},
+};
+
+/// A port nothing listens on now (the kernel's pick, released at once).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The cluster CA Secret KCP makes, `<cluster>-ca`.
+fn ca_secret(cluster: &str, ca_pem: &str) -> Secret {
+    let mut s = Secret::default();
+    s.metadata.name = Some(format!("{cluster}-ca"));
+    s.data = Some(
+        [
+            (
+                "tls.crt".to_string(),
+                ByteString(ca_pem.as_bytes().to_vec()),
+            ),
+            ("tls.key".to_string(), ByteString(RSA_PKCS1.to_vec())),
+        ]
+        .into(),
+    );
+    s
+}
+
+/// A client of the workload cluster at 127.0.0.1:`port`, trusting the cluster CA.
+fn workload(port: u16, ca_pem: &str) -> Client {
+    let mut config = kube::Config::new(format!("https://127.0.0.1:{port}").parse().unwrap());
+    config.root_cert = Some(vec![
+        CertificateDer::from_pem_slice(ca_pem.as_bytes())
+            .unwrap()
+            .to_vec(),
+    ]);
+    config.read_timeout = Some(Duration::from_secs(10));
+    Client::try_from(config).unwrap()
+}
+
+fn status(obj: &Value, type_: &str) -> Option<String> {
+    condition(obj, type_).map(|c| c.0)
+}
+
+#[tokio::test]
+async fn a_dev_cluster_gets_a_port_of_the_range_and_is_provisioned() {
+    let port = free_port();
+    let s = Scenario::dev_in_memory((port, port));
+    s.put(sc::cluster("c", "DevCluster"));
+    let dc = s.put(sc::dev_cluster("c", json!({"inMemory": {}})));
+
+    s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+        .await
+        .unwrap();
+
+    let dc = s.json::<dev::DevCluster>("c");
+    assert_eq!(
+        dc["spec"]["controlPlaneEndpoint"],
+        json!({"host": "127.0.0.1", "port": port})
+    );
+    assert_eq!(dc["status"]["initialization"]["provisioned"], true);
+    assert_eq!(status(&dc, "Ready").as_deref(), Some("True"));
+    assert!(condition(&dc, "LoadBalancerAvailable").is_none(), "no LB");
+    assert_eq!(
+        dc["metadata"]["annotations"]["inmemorycluster.infrastructure.cluster.x-k8s.io/listener"],
+        "ns/c"
+    );
+    assert!(s.engine.created().is_empty(), "no container");
+
+    // A second cluster finds the range exhausted: Ready says so, nothing is written.
+    s.put(sc::cluster("d", "DevCluster"));
+    let other = s.put(sc::dev_cluster("d", json!({"inMemory": {}})));
+    s.reconcile::<docker_cluster::Clusters>(other.view_serving(true))
+        .await
+        .unwrap();
+    let other = s.json::<dev::DevCluster>("d");
+    assert_eq!(
+        condition(&other, "Ready"),
+        Some(("False".into(), "PortRangeExhausted".into()))
+    );
+    assert!(other["spec"]["controlPlaneEndpoint"]["host"].is_null());
+}
+
+#[tokio::test]
+async fn a_control_plane_dev_machine_without_delays_comes_up_in_one_reconcile_and_goes() {
+    let port = free_port();
+    let s = Scenario::dev_in_memory((port, port));
+    let ca = ca_cert(RSA_PKCS1);
+    s.put(sc::cluster("c", "DevCluster"));
+    s.put(sc::machine("c", "m", "DevMachine", true));
+    s.put(ca_secret("c", &ca));
+    let mut dc = sc::dev_cluster("c", json!({"inMemory": {}}));
+    dc.spec.control_plane_endpoint = Some(crate::api::ApiEndpoint {
+        host: Some("127.0.0.1".into()),
+        port: Some(i32::from(port)),
+    });
+    let dc = s.put(dc);
+    let mut dm = sc::dev_machine("c", "m", json!({"inMemory": {}}));
+    dm.metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(crate::capi::CONTROL_PLANE_LABEL.into(), String::new());
+    let dm = s.put(dm);
+
+    s.reconcile::<docker_machine::Machines>(dm.view_serving(true))
+        .await
+        .unwrap();
+
+    let stored = s.json::<dev::DevMachine>("m");
+    assert_eq!(stored["spec"]["providerID"], "in-memory://m");
+    for t in [
+        "VMProvisioned",
+        "NodeProvisioned",
+        "EtcdProvisioned",
+        "APIServerProvisioned",
+        "Ready",
+    ] {
+        assert_eq!(status(&stored, t).as_deref(), Some("True"), "{t}");
+    }
+    assert!(condition(&stored, "ContainerProvisioned").is_none());
+    assert_eq!(stored["status"]["initialization"]["provisioned"], true);
+    let machine = s.json::<Machine>("m");
+    assert!(
+        machine["metadata"]["annotations"]
+            .get("machine.inmemory.infrastructure.cluster.x-k8s.io/bootstrapped")
+            .is_some(),
+        "{machine}"
+    );
+    assert!(s.engine.created().is_empty(), "no container");
+
+    // The workload cluster, as CAPI reaches it at the endpoint.
+    let client = workload(port, &ca);
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let ids: Vec<_> = nodes
+        .items
+        .iter()
+        .map(|n| n.spec.as_ref().unwrap().provider_id.clone().unwrap())
+        .collect();
+    assert_eq!(ids, ["in-memory://m"]);
+    let pods = Api::<Pod>::namespaced(client.clone(), "kube-system")
+        .list(&ListParams::default().labels("tier=control-plane"))
+        .await
+        .unwrap();
+    let mut names: Vec<_> = pods
+        .items
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "etcd-m",
+            "kube-apiserver-m",
+            "kube-controller-manager-m",
+            "kube-scheduler-m"
+        ]
+    );
+
+    // Deleting the machine takes its Node and Pods away; deleting the cluster, the listener.
+    let dm = s.delete::<dev::DevMachine>("m");
+    s.reconcile::<docker_machine::Machines>(dm.view_serving(true))
+        .await
+        .unwrap();
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert!(nodes.items.is_empty());
+    s.put(dc.clone());
+    let dc = s.delete::<dev::DevCluster>("c");
+    s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+        .await
+        .unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err(),
+        "the listener is closed"
+    );
+    let cloud = s.ctx.in_memory.as_ref().unwrap();
+    assert!(
+        cloud.tracked().iter().all(|(_, n)| *n == 0),
+        "{:?}",
+        cloud.tracked()
+    );
+}
+
+#[tokio::test]
+async fn a_phase_waits_its_startup_duration() {
+    let s = Scenario::dev_in_memory((free_port(), free_port()));
+    s.put(sc::cluster("c", "DevCluster"));
+    s.put(sc::machine("c", "w", "DevMachine", false));
+    let dm = s.put(sc::dev_machine(
+        "c",
+        "w",
+        json!({"inMemory": {"vm": {"provisioning": {"startupDuration": "30s"}}}}),
+    ));
+
+    let action = s
+        .reconcile::<docker_machine::Machines>(dm.view_serving(true))
+        .await
+        .unwrap();
+
+    let stored = s.json::<dev::DevMachine>("w");
+    assert_eq!(
+        condition(&stored, "VMProvisioned"),
+        Some(("False".into(), "WaitingForStartupTimeout".into()))
+    );
+    assert_eq!(
+        condition(&stored, "NodeProvisioned"),
+        Some(("False".into(), "WaitingForVMProvisioned".into()))
+    );
+    assert!(condition(&stored, "EtcdProvisioned").is_none(), "a worker");
+    assert_eq!(status(&stored, "Ready").as_deref(), Some("False"));
+    assert!(stored["spec"]["providerID"].is_null());
+    assert_eq!(
+        action,
+        kube::runtime::controller::Action::requeue(Duration::from_secs(30)),
+        "looks again when the VM is due (no jitter)"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_in_memory_spec_is_reported_not_acted_on() {
+    let s = Scenario::dev_in_memory((free_port(), free_port()));
+    s.put(sc::cluster("c", "DevCluster"));
+    s.put(sc::machine("c", "w", "DevMachine", false));
+    let dm = s.put(sc::dev_machine(
+        "c",
+        "w",
+        json!({"inMemory": {"vm": {"provisioning": {"startupDuration": "10 parsecs"}}}}),
+    ));
+    s.reconcile::<docker_machine::Machines>(dm.view_serving(true))
+        .await
+        .unwrap();
+    let stored = s.json::<dev::DevMachine>("w");
+    let (st, reason) = condition(&stored, "VMProvisioned").unwrap();
+    assert_eq!((st.as_str(), reason.as_str()), ("False", "InvalidSpec"));
+    assert!(stored["spec"]["providerID"].is_null());
+}

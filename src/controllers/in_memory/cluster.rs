@@ -1,0 +1,113 @@
+//! An in-memory DevCluster: a port for its workload cluster's API server, written to
+//! `spec.controlPlaneEndpoint` once, then `provisioned`. The listener itself starts with the
+//! first control-plane machine's API server (it needs the cluster CA KCP makes after this);
+//! deleting the DevCluster drops the listener and every object of the workload cluster.
+use kube::{ResourceExt, runtime::controller::Action};
+use serde_json::json;
+use tracing::info;
+
+use super::cloud;
+use crate::{
+    api::{
+        Initialization,
+        conditions::{Desired, reasons, types},
+    },
+    controllers::{
+        docker_cluster::Clusters,
+        kit::{error::Result, lifecycle::Step},
+    },
+    inmemory::phases::{self, ClusterFacts, ClusterStep, LISTENER_ANNOTATION},
+};
+
+/// The conditions an in-memory DevCluster reports: Ready only (upstream owns none but Paused;
+/// Ready here says when no port is left), set by this arm.
+pub const PRIMARY: &str = types::READY;
+
+/// The normal arm: reserve the port, write the endpoint once, say provisioned.
+pub async fn normal(step: &mut Step<'_, Clusters>, cluster_name: &str) -> Result<Action> {
+    let (dc, ctx) = (step.obj, step.ctx);
+    let cloud = cloud(ctx, PRIMARY)?;
+    let ns = dc.namespace().unwrap_or_default();
+    let listener = phases::listener_name(&ns, cluster_name);
+    let provisioned = dc
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned)
+        .unwrap_or(false);
+    let facts = ClusterFacts {
+        endpoint: dc.spec.control_plane_endpoint.as_ref(),
+        provisioned,
+        host: cloud.host(),
+    };
+    let step_one = match phases::cluster_step(&facts) {
+        Ok(s) => s,
+        Err(bad) => {
+            step.report.set(&Desired::false_(
+                PRIMARY,
+                reasons::INVALID_SPEC,
+                bad.to_string(),
+            ));
+            return Ok(Action::await_change());
+        }
+    };
+    let request = match step_one {
+        ClusterStep::MoveHost {
+            endpoint,
+            requeue_after,
+            ..
+        } => {
+            // The manager came back on another address: the endpoint follows it. Upstream also
+            // rewrites the server of the `<cluster>-kubeconfig` Secret; not done here yet
+            // (docs/in-memory.md).
+            info!(
+                host = cloud.host(),
+                "in-memory endpoint moves to this manager's address"
+            );
+            step.patcher
+                .spec(json!({ "controlPlaneEndpoint": endpoint }))
+                .await?;
+            return Ok(Action::requeue(requeue_after));
+        }
+        ClusterStep::Listen(request) => request,
+    };
+    let plan = phases::cluster_listened(&facts, cloud.reserve_port(&listener, request));
+    if dc.annotations().get(LISTENER_ANNOTATION) != Some(&listener) {
+        step.patcher
+            .annotations(json!({ LISTENER_ANNOTATION: listener }))
+            .await?;
+    }
+    if let Some(endpoint) = plan.endpoint {
+        // In spec before status says provisioned: CAPI copies it when provisioned turns true.
+        step.patcher
+            .spec(json!({ "controlPlaneEndpoint": endpoint }))
+            .await?;
+    }
+    match plan.condition {
+        Some(why) => {
+            step.report.set(&why);
+            Ok(Action::requeue(ctx.settings.resync))
+        }
+        None => {
+            step.report.set(&Desired::true_(PRIMARY, reasons::READY));
+            if plan.provisioned {
+                step.report.initialization = Some(Initialization {
+                    provisioned: Some(true),
+                });
+                step.report.ready = Some(true);
+            }
+            Ok(Action::requeue(ctx.settings.resync))
+        }
+    }
+}
+
+/// The delete arm: the workload cluster goes, listener, port and objects.
+pub fn delete(step: &Step<'_, Clusters>, cluster_name: &str) -> Result<()> {
+    let (dc, ctx) = (step.obj, step.ctx);
+    let ns = dc.namespace().unwrap_or_default();
+    if let Some(cloud) = &ctx.in_memory {
+        cloud.remove_cluster(&phases::listener_name(&ns, cluster_name));
+    }
+    ctx.workload.forget(&ns, cluster_name);
+    Ok(())
+}

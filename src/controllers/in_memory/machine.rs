@@ -1,0 +1,242 @@
+//! An in-memory DevMachine: a simulated machine whose phases (VM, Node, and on control planes
+//! etcd and the API server) come up after upstream's provisioning delays, each making what a
+//! real one would leave in the workload cluster ([`crate::inmemory::objects`]). No bootstrap
+//! data is run: its presence is what the VM phase waits for, as upstream.
+//!
+//! Every reconcile makes sure the objects of each phase already True exist (after a manager
+//! restart the store is empty and is rebuilt at once), then provisions the phases that came
+//! due, reports one condition per phase, and annotates the Machine bootstrapped once its last
+//! phase is up (a restart then skips every delay).
+use chrono::Utc;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::controller::Action,
+};
+use serde_json::json;
+
+use super::{RETRY, cloud, store_error};
+use crate::{
+    api::conditions::{Desired, reasons, types},
+    capi::Machine,
+    controllers::{
+        docker_machine::{Bound, Machines},
+        kit::{
+            error::{Error, Result},
+            lifecycle::Step,
+        },
+    },
+    inmemory::{
+        Cloud, Group,
+        cloud::{draws, ensure, remove},
+        objects,
+        phases::{self, BOOTSTRAPPED_ANNOTATION, MachineFacts, Phase, Provisioned},
+        spec::InMemoryMachineSpec,
+    },
+};
+
+/// Where errors of an in-memory machine are reported (upstream: on the phase that failed; the
+/// VM's before any other).
+pub const PRIMARY: &str = types::VM_PROVISIONED;
+
+/// The normal arm. `spec` is the view's `spec.backend.inMemory`, as JSON.
+pub async fn normal(step: &mut Step<'_, Machines>, bound: &Bound, spec: &str) -> Result<Action> {
+    let (dm, ctx) = (step.obj, step.ctx);
+    let cloud = cloud(ctx, PRIMARY)?;
+    let spec = match serde_json::from_str(spec)
+        .map_err(|e| e.to_string())
+        .and_then(|v| InMemoryMachineSpec::from_value(&v).map_err(|e| e.to_string()))
+    {
+        Ok(spec) => spec,
+        Err(why) => {
+            step.report.set(&Desired::false_(
+                PRIMARY,
+                reasons::INVALID_SPEC,
+                format!("spec.backend.inMemory: {why}"),
+            ));
+            return Ok(Action::await_change());
+        }
+    };
+    let name = dm.name_any();
+    let uid = dm.uid().unwrap_or_default();
+    let machine = &bound.machine;
+    let control_plane = machine.is_control_plane();
+    let now = Utc::now();
+    let gates_open =
+        bound.cluster.infrastructure_provisioned() && machine.data_secret_name().is_some();
+    let facts = MachineFacts {
+        control_plane,
+        bootstrapped: phases::has_bootstrapped_annotation(machine.metadata.annotations.as_ref()),
+        cluster_infrastructure_provisioned: bound.cluster.infrastructure_provisioned(),
+        control_plane_initialized: bound.cluster.control_plane_initialized(),
+        bootstrap_data: machine.data_secret_name().is_some(),
+        // The VM record is made once the gates open; its delay counts from then.
+        vm_created: if gates_open {
+            cloud.vm_created(&uid, now)
+        } else {
+            now
+        },
+        provisioned: Provisioned::from_conditions(step.report.conditions()),
+        now,
+    };
+    let plan = phases::decide_machine(&spec, &facts, &draws(&uid))
+        .map_err(|e| Error::blocked(PRIMARY, reasons::INVALID_SPEC, e.to_string(), RETRY))?;
+
+    let listener = phases::listener_name(&bound.namespace, &bound.cluster_name);
+    let group = cloud.group(&listener);
+    let version = machine.spec.version.as_deref();
+    for (phase, state) in &plan.phases {
+        if !state.is_done() {
+            continue;
+        }
+        match phase {
+            Phase::Vm => {
+                let provider_id = phases::provider_id(&name);
+                if dm.spec.provider_id.as_deref() != Some(provider_id.as_str()) {
+                    step.patcher
+                        .spec(json!({ "providerID": provider_id }))
+                        .await?;
+                }
+            }
+            Phase::Node => ensure(
+                &group,
+                "Node",
+                objects::node(&name, &phases::provider_id(&name), version, control_plane),
+            )
+            .map_err(|e| store_error(types::NODE_PROVISIONED, e))?,
+            Phase::Etcd => ensure(
+                &group,
+                "Pod",
+                objects::static_pod(objects::ETCD, &name, json!({})),
+            )
+            .map_err(|e| store_error(types::ETCD_PROVISIONED, e))?,
+            Phase::ApiServer => {
+                api_server(step, cloud, &group, bound, &listener, &name, version).await?
+            }
+        }
+    }
+
+    for c in &plan.conditions {
+        step.report.set(c);
+    }
+    if plan.state(Phase::Vm).is_some_and(|s| s.is_done()) {
+        step.report.initialization = Some(crate::api::Initialization {
+            provisioned: Some(true),
+        });
+        step.report.ready = Some(true);
+    }
+    if plan.annotate_bootstrapped {
+        Api::<Machine>::namespaced(ctx.client.clone(), &bound.namespace)
+            .patch(
+                &machine.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({ "metadata": { "annotations": { BOOTSTRAPPED_ANNOTATION: "" } } }),
+                ),
+            )
+            .await?;
+    }
+    Ok(Action::requeue(
+        plan.requeue_after
+            .map_or(ctx.settings.resync, |d| d.min(ctx.settings.resync)),
+    ))
+}
+
+/// The API server phase: its static Pods, what `kubeadm init` leaves (once per cluster), and
+/// the cluster's listener, which needs the cluster CA KCP made.
+async fn api_server(
+    step: &Step<'_, Machines>,
+    cloud: &Cloud,
+    group: &Group,
+    bound: &Bound,
+    listener: &str,
+    node: &str,
+    version: Option<&str>,
+) -> Result<()> {
+    let fail = |e| store_error(types::API_SERVER_PROVISIONED, e);
+    for component in objects::API_SERVER_COMPONENTS {
+        ensure(
+            group,
+            "Pod",
+            objects::static_pod(component, node, json!({})),
+        )
+        .map_err(fail)?;
+    }
+    for (kind, obj) in objects::kubeadm_init_objects(version) {
+        ensure(group, kind, obj).map_err(fail)?;
+    }
+    if cloud.is_listening(listener) {
+        return Ok(());
+    }
+    let port = step
+        .fetched
+        .docker_cluster
+        .as_ref()
+        .and_then(|dc| dc.spec.control_plane_endpoint.as_ref())
+        .and_then(|e| e.port)
+        .and_then(|p| u16::try_from(p).ok())
+        .ok_or_else(|| {
+            Error::blocked(
+                types::API_SERVER_PROVISIONED,
+                reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+                "the DevCluster has no control-plane endpoint port yet",
+                RETRY,
+            )
+        })?;
+    let ca_name = format!("{}-ca", bound.cluster_name);
+    let ca = Api::<Secret>::namespaced(step.ctx.client.clone(), &bound.namespace)
+        .get_opt(&ca_name)
+        .await?;
+    let data = ca.as_ref().and_then(|s| s.data.as_ref());
+    let (Some(cert), Some(key)) = (
+        data.and_then(|d| d.get("tls.crt")),
+        data.and_then(|d| d.get("tls.key")),
+    ) else {
+        return Err(Error::blocked(
+            types::API_SERVER_PROVISIONED,
+            reasons::INTERNAL_ERROR,
+            format!(
+                "Secret {}/{ca_name} with the cluster CA (tls.crt, tls.key) not found",
+                bound.namespace
+            ),
+            RETRY,
+        ));
+    };
+    cloud
+        .listen(listener, port, &cert.0, &key.0)
+        .await
+        .map_err(|e| {
+            Error::blocked(
+                types::API_SERVER_PROVISIONED,
+                reasons::INTERNAL_ERROR,
+                e.to_string(),
+                RETRY,
+            )
+        })
+}
+
+/// The delete arm: the machine's Node and static Pods leave the workload cluster.
+pub fn delete(step: &Step<'_, Machines>, cluster_name: Option<&str>) -> Result<()> {
+    let (dm, ctx) = (step.obj, step.ctx);
+    let name = dm.name_any();
+    if let Some(cloud) = &ctx.in_memory {
+        cloud.forget_machine(&dm.uid().unwrap_or_default());
+        if let Some(cluster) = cluster_name {
+            let ns = dm.namespace().unwrap_or_default();
+            let group = cloud.group(&phases::listener_name(&ns, cluster));
+            let fail = |e| store_error(PRIMARY, e);
+            remove(&group, "Node", "", &name).map_err(fail)?;
+            for component in std::iter::once(&objects::ETCD).chain(objects::API_SERVER_COMPONENTS) {
+                remove(
+                    &group,
+                    "Pod",
+                    "kube-system",
+                    &objects::static_pod_name(component, &name),
+                )
+                .map_err(fail)?;
+            }
+        }
+    }
+    Ok(())
+}

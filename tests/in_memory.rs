@@ -1,0 +1,195 @@
+//! The in-memory backend with the real Cluster API (core, CABPK and KCP as local processes,
+//! `hack/capi.sh up`): a DevCluster and DevMachines of `spec.backend.inMemory` become a
+//! workload cluster served by the manager itself, with no container. CAPI reaches that cluster
+//! at the DevCluster's endpoint with the kubeconfig KCP writes, finds each machine's Node by
+//! its providerID, and CABPK writes its join tokens there.
+mod common;
+
+use std::time::Duration;
+
+use common::{capi_e2e::*, workload::*, *};
+use kube::api::{DeleteParams, ListParams};
+use serde_json::json;
+
+const LONG: Duration = Duration::from_secs(300);
+
+/// A cluster of one KCP control plane and `workers` MachineDeployment workers, every machine
+/// in memory with the given provisioning delays.
+fn manifest(name: &str, ns: &str, workers: u32) -> String {
+    let in_memory = json!({
+        "vm": {"provisioning": {"startupDuration": "2s", "startupJitter": "0.2"}},
+        "node": {"provisioning": {"startupDuration": "1s"}},
+        "apiServer": {"provisioning": {"startupDuration": "1s"}},
+        "etcd": {"provisioning": {"startupDuration": "1s"}},
+    });
+    let infra = "infrastructure.cluster.x-k8s.io";
+    let docs = [
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}},
+                "infrastructureRef": {"apiGroup": infra, "kind": "DevCluster", "name": name},
+                "controlPlaneRef": {"apiGroup": "controlplane.cluster.x-k8s.io",
+                    "kind": "KubeadmControlPlane", "name": format!("{name}-cp")},
+            },
+        }),
+        json!({
+            "apiVersion": format!("{infra}/v1beta2"), "kind": "DevCluster",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"backend": {"inMemory": {}}},
+        }),
+        json!({
+            "apiVersion": format!("{infra}/v1beta2"), "kind": "DevMachineTemplate",
+            "metadata": {"name": format!("{name}-cp"), "namespace": ns},
+            "spec": {"template": {"spec": {"backend": {"inMemory": in_memory}}}},
+        }),
+        json!({
+            "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
+            "metadata": {"name": format!("{name}-cp"), "namespace": ns},
+            "spec": {
+                "replicas": 1,
+                "version": format!("v{K8S_VERSION}"),
+                "machineTemplate": {"spec": {"infrastructureRef": {
+                    "apiGroup": infra, "kind": "DevMachineTemplate", "name": format!("{name}-cp")}}},
+                "kubeadmConfigSpec": {"format": "cloud-config"},
+            },
+        }),
+        json!({
+            "apiVersion": format!("{infra}/v1beta2"), "kind": "DevMachineTemplate",
+            "metadata": {"name": format!("{name}-md"), "namespace": ns},
+            "spec": {"template": {"spec": {"backend": {"inMemory": in_memory}}}},
+        }),
+        json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
+            "metadata": {"name": format!("{name}-md"), "namespace": ns},
+            "spec": {"template": {"spec": {"format": "cloud-config"}}},
+        }),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": {"name": format!("{name}-md"), "namespace": ns},
+            "spec": {
+                "clusterName": name,
+                "replicas": workers,
+                "selector": {"matchLabels": {"cluster.x-k8s.io/cluster-name": name}},
+                "template": {
+                    "metadata": {"labels": {"cluster.x-k8s.io/cluster-name": name}},
+                    "spec": {
+                        "clusterName": name,
+                        "version": format!("v{K8S_VERSION}"),
+                        "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
+                            "kind": "KubeadmConfigTemplate", "name": format!("{name}-md")}},
+                        "infrastructureRef": {"apiGroup": infra, "kind": "DevMachineTemplate",
+                            "name": format!("{name}-md")},
+                    },
+                },
+            },
+        }),
+    ];
+    docs.iter()
+        .map(|d| serde_json::to_string(d).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_capi_drives_an_in_memory_cluster_to_running_machines_with_nodes() {
+    let (env, ns) = TestEnv::with_namespaced_manager_args("inmem", &["--in-memory-backend"]).await;
+    env.run(|env| async move {
+        let name = format!("{}-c", env.id);
+        kubectl(&["apply", "-f", "-"], Some(&manifest(&name, &ns, 3)));
+
+        // The DevCluster gets a port of upstream's range on this host, and is provisioned.
+        let dev_clusters = capi_api(&env, &ns, "infrastructure.cluster.x-k8s.io", "DevCluster");
+        let dc = eventually(LONG, "DevCluster provisioned with an endpoint", || async {
+            dev_clusters
+                .get(&name)
+                .await
+                .ok()
+                .filter(|dc| dc.data["status"]["initialization"]["provisioned"] == json!(true))
+        })
+        .await;
+        let endpoint = &dc.data["spec"]["controlPlaneEndpoint"];
+        assert_eq!(endpoint["host"], "127.0.0.1");
+        let port = endpoint["port"].as_u64().unwrap();
+        assert!((20000..=30000).contains(&port), "{endpoint}");
+
+        // Every Machine gets a Node, found by CAPI core in the workload cluster by providerID.
+        let kubeconfig = workload_kubeconfig(&env, &ns, &name).await;
+        let running = eventually(LONG, "4 Machines with a nodeRef", || async {
+            let ms = machines(&env, &ns).await;
+            (ms.len() == 4 && ms.iter().all(|m| m.2.is_some())).then_some(ms)
+        })
+        .await;
+        for (machine, _, node, provider_id) in &running {
+            let node = node.as_deref().unwrap();
+            assert_eq!(
+                provider_id.as_deref(),
+                Some(format!("in-memory://{node}").as_str()),
+                "{machine}"
+            );
+        }
+        let ready = ready_nodes(&kubeconfig).expect("the workload cluster answers kubectl");
+        assert_eq!(ready.len(), 4, "{ready:?}");
+        // CABPK's join tokens for the workers were written to the workload cluster (protobuf
+        // bodies from controller-runtime).
+        let tokens = wl_json(&kubeconfig, &["get", "secrets", "-n", "kube-system"]).unwrap();
+        let tokens = tokens["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["type"] == "bootstrap.kubernetes.io/token")
+            .count();
+        assert!(tokens >= 1, "no bootstrap token in the workload cluster");
+        assert!(
+            cluster_containers(&name, &ns).await.is_empty(),
+            "an in-memory cluster has no container"
+        );
+        let dev_machines = capi_api(&env, &ns, "infrastructure.cluster.x-k8s.io", "DevMachine");
+        for dm in dev_machines
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+        {
+            assert_eq!(dm.data["status"]["initialization"]["provisioned"], true);
+            let ready = dm.data["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "Ready")
+                .cloned();
+            assert_eq!(ready.map(|c| c["status"].clone()), Some(json!("True")));
+        }
+
+        // Deleting the Cluster deletes everything, and the listener goes with the DevCluster.
+        capi_api(&env, &ns, "cluster.x-k8s.io", "Cluster")
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        eventually(LONG, "every DevMachine and the DevCluster gone", || async {
+            let left = dev_machines
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .len()
+                + dev_clusters
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?
+                    .items
+                    .len();
+            (left == 0).then_some(())
+        })
+        .await;
+        eventually(LONG, "the workload listener closed", || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port as u16))
+                .await
+                .is_err()
+                .then_some(())
+        })
+        .await;
+    })
+    .await;
+}
