@@ -16,14 +16,13 @@ use kube::{
 };
 use serde_json::json;
 
-use super::{RETRY, cloud, store_error};
 use crate::{
     api::conditions::{Desired, reasons, types},
     capi::Machine,
     controllers::{
         docker_machine::{Bound, Machines},
         kit::{
-            error::{Error, Result},
+            error::{Error, IN_MEMORY_RETRY, Result},
             lifecycle::Step,
         },
     },
@@ -43,7 +42,7 @@ pub const PRIMARY: &str = types::VM_PROVISIONED;
 /// The normal arm. `spec` is the view's `spec.backend.inMemory`, as JSON.
 pub async fn normal(step: &mut Step<'_, Machines>, bound: &Bound, spec: &str) -> Result<Action> {
     let (dm, ctx) = (step.obj, step.ctx);
-    let cloud = cloud(ctx, PRIMARY)?;
+    let cloud = ctx.in_memory(PRIMARY)?;
     let spec = match serde_json::from_str(spec)
         .map_err(|e| e.to_string())
         .and_then(|v| InMemoryMachineSpec::from_value(&v).map_err(|e| e.to_string()))
@@ -80,8 +79,14 @@ pub async fn normal(step: &mut Step<'_, Machines>, bound: &Bound, spec: &str) ->
         provisioned: Provisioned::from_conditions(step.report.conditions()),
         now,
     };
-    let plan = phases::decide_machine(&spec, &facts, &draws(&uid))
-        .map_err(|e| Error::blocked(PRIMARY, reasons::INVALID_SPEC, e.to_string(), RETRY))?;
+    let plan = phases::decide_machine(&spec, &facts, &draws(&uid)).map_err(|e| {
+        Error::blocked(
+            PRIMARY,
+            reasons::INVALID_SPEC,
+            e.to_string(),
+            IN_MEMORY_RETRY,
+        )
+    })?;
 
     let listener = phases::listener_name(&bound.namespace, &bound.cluster_name);
     let group = cloud.group(&listener);
@@ -104,13 +109,13 @@ pub async fn normal(step: &mut Step<'_, Machines>, bound: &Bound, spec: &str) ->
                 "Node",
                 objects::node(&name, &phases::provider_id(&name), version, control_plane),
             )
-            .map_err(|e| store_error(types::NODE_PROVISIONED, e))?,
+            .map_err(|e| Error::in_memory_write(types::NODE_PROVISIONED, e))?,
             Phase::Etcd => ensure(
                 &group,
                 "Pod",
                 objects::static_pod(objects::ETCD, &name, json!({})),
             )
-            .map_err(|e| store_error(types::ETCD_PROVISIONED, e))?,
+            .map_err(|e| Error::in_memory_write(types::ETCD_PROVISIONED, e))?,
             Phase::ApiServer => {
                 api_server(step, cloud, &group, bound, &listener, &name, version).await?
             }
@@ -154,7 +159,7 @@ async fn api_server(
     node: &str,
     version: Option<&str>,
 ) -> Result<()> {
-    let fail = |e| store_error(types::API_SERVER_PROVISIONED, e);
+    let fail = |e| Error::in_memory_write(types::API_SERVER_PROVISIONED, e);
     for component in objects::API_SERVER_COMPONENTS {
         ensure(
             group,
@@ -181,7 +186,7 @@ async fn api_server(
                 types::API_SERVER_PROVISIONED,
                 reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
                 "the DevCluster has no control-plane endpoint port yet",
-                RETRY,
+                IN_MEMORY_RETRY,
             )
         })?;
     let ca_name = format!("{}-ca", bound.cluster_name);
@@ -200,7 +205,7 @@ async fn api_server(
                 "Secret {}/{ca_name} with the cluster CA (tls.crt, tls.key) not found",
                 bound.namespace
             ),
-            RETRY,
+            IN_MEMORY_RETRY,
         ));
     };
     cloud
@@ -211,7 +216,7 @@ async fn api_server(
                 types::API_SERVER_PROVISIONED,
                 reasons::INTERNAL_ERROR,
                 e.to_string(),
-                RETRY,
+                IN_MEMORY_RETRY,
             )
         })
 }
@@ -225,7 +230,7 @@ pub fn delete(step: &Step<'_, Machines>, cluster_name: Option<&str>) -> Result<(
         if let Some(cluster) = cluster_name {
             let ns = dm.namespace().unwrap_or_default();
             let group = cloud.group(&phases::listener_name(&ns, cluster));
-            let fail = |e| store_error(PRIMARY, e);
+            let fail = |e| Error::in_memory_write(PRIMARY, e);
             remove(&group, "Node", "", &name).map_err(fail)?;
             for component in std::iter::once(&objects::ETCD).chain(objects::API_SERVER_COMPONENTS) {
                 remove(
