@@ -5,11 +5,15 @@
 //! and endpoint decisions of an in-memory machine and cluster ([`phases`]) are here too. Not
 //! wired to the controllers yet; docs/in-memory.md says what is served and what is not.
 pub mod certs;
+pub mod etcd;
+pub mod grpc;
 pub mod kinds;
 pub mod patch;
 pub mod phases;
+pub mod portforward;
 pub mod selector;
 pub mod server;
+pub mod spdy;
 pub mod spec;
 pub mod status;
 pub mod store;
