@@ -346,11 +346,12 @@ impl Session {
             }
         });
         let _abort = AbortOnDrop(reader);
+        let mut last_frame = Instant::now();
         loop {
             let next_deadline = self.pairs.values().filter_map(|p| p.deadline).min();
             let frame = tokio::select! {
-                f = tokio::time::timeout(IDLE_TIMEOUT, frames.recv()) => match f {
-                    Ok(Some(f)) => f?,
+                f = tokio::time::timeout_at(last_frame + IDLE_TIMEOUT, frames.recv()) => match f {
+                    Ok(Some(f)) => { last_frame = Instant::now(); f? }
                     Ok(None) => return Ok(()),
                     Err(_) => return Err(SessionError::Idle(IDLE_TIMEOUT)),
                 },

@@ -11,7 +11,7 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
 use serde_json::{Value, json};
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt, DuplexStream, WriteHalf},
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream},
     net::TcpStream,
     sync::{Mutex, mpsc, oneshot},
 };
@@ -150,7 +150,7 @@ struct Seen {
 
 /// A minimal SPDY client: opens streams, sends data, and records or pipes what comes back.
 struct SpdyClient {
-    wr: Arc<Mutex<(WriteHalf<TokioIo<Upgraded>>, Deflater)>>,
+    wr: Arc<Mutex<(Box<dyn AsyncWrite + Send + Unpin>, Deflater)>>,
     seen: Arc<Mutex<HashMap<u32, Seen>>>,
     pipes: Arc<Mutex<HashMap<u32, mpsc::Sender<Bytes>>>>,
     pongs: Arc<Mutex<Vec<u32>>>,
@@ -159,10 +159,14 @@ struct SpdyClient {
 
 impl SpdyClient {
     fn new(io: Upgraded) -> (Self, oneshot::Receiver<()>) {
-        let (mut rd, wr) = tokio::io::split(TokioIo::new(io));
+        Self::over(TokioIo::new(io))
+    }
+
+    fn over<IO: AsyncRead + AsyncWrite + Send + 'static>(io: IO) -> (Self, oneshot::Receiver<()>) {
+        let (mut rd, wr) = tokio::io::split(io);
         let (closed_tx, closed_rx) = oneshot::channel();
         let client = Self {
-            wr: Arc::new(Mutex::new((wr, Deflater::default()))),
+            wr: Arc::new(Mutex::new((Box::new(wr), Deflater::default()))),
             seen: Default::default(),
             pipes: Default::default(),
             pongs: Default::default(),
@@ -488,6 +492,92 @@ async fn a_protocol_error_closes_the_session_and_only_it() {
     assert_eq!(request(&fake, ok).await.status(), 200);
 }
 
+/// A session over an in-process pipe, with the clock paused (it moves when all is idle).
+async fn session(fake: &Fake, pod: &str) -> (SpdyClient, oneshot::Receiver<()>) {
+    let (client_io, server_io) = tokio::io::duplex(64 << 10);
+    let pods = fake.listener_pods();
+    let session = super::Session::new(pods, "kube-system".into(), pod.into());
+    tokio::spawn(session.run(server_io));
+    SpdyClient::over(client_io)
+}
+
+impl Fake {
+    fn listener_pods(&self) -> Arc<super::Pods> {
+        let pods = Arc::new(super::Pods::new(
+            self.group.clone(),
+            Box::new(|_| {}),
+            tokio_util::sync::CancellationToken::new(),
+        ));
+        pods.set_etcd(
+            crate::inmemory::etcd::Etcd::new(self.group.clone(), self.etcd_ca.as_bytes(), EC_SEC1)
+                .ok(),
+        );
+        pods
+    }
+}
+
+#[tokio::test]
+async fn a_lone_stream_times_out_on_its_error_stream() {
+    let fake = start().await;
+    tokio::time::pause();
+    let (client, _closed) = session(&fake, "etcd-cp-a").await;
+    let headers = vec![
+        ("requestid".to_string(), "9".to_string()),
+        ("streamtype".to_string(), "error".to_string()),
+    ];
+    client
+        .send(Frame::SynStream {
+            id: 1,
+            fin: false,
+            headers,
+        })
+        .await;
+    client
+        .wait_for(|s| s.get(&1).is_some_and(|e| e.replied))
+        .await;
+    // The data stream never comes: after the kubelet's 30 s, the error stream says so.
+    tokio::time::sleep(super::STREAM_CREATION_TIMEOUT + Duration::from_secs(1)).await;
+    client.wait_for(|s| s.get(&1).is_some_and(|e| e.fin)).await;
+    let seen = client.seen.lock().await;
+    assert_eq!(
+        String::from_utf8_lossy(&seen[&1].data),
+        "timed out waiting for the streams of request 9"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_session_ends_and_streams_are_bounded() {
+    let fake = start().await;
+    tokio::time::pause();
+    let (client, closed) = session(&fake, "etcd-cp-a").await;
+    // Every stream of one session counts; past the bound each new one is refused.
+    for i in 0..=super::MAX_STREAMS as u32 {
+        let headers = vec![
+            ("requestid".to_string(), i.to_string()),
+            ("streamtype".to_string(), "error".to_string()),
+        ];
+        client
+            .send(Frame::SynStream {
+                id: 2 * i + 1,
+                fin: true,
+                headers,
+            })
+            .await;
+    }
+    let last = 2 * super::MAX_STREAMS as u32 + 1;
+    client
+        .wait_for(|s| s.get(&last).is_some_and(|e| e.reset))
+        .await;
+    assert!(!client.seen.lock().await[&last].replied);
+    assert!(client.seen.lock().await[&(last - 2)].replied);
+    // Nothing more from the client: the session ends (the pending pairs time out first).
+    tokio::time::sleep(super::IDLE_TIMEOUT + Duration::from_secs(1)).await;
+    tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .expect("the idle session was not closed")
+        .unwrap();
+}
+
 /// Not a test: the server end of `hack/inmemory-interop` (KCP's own dialer and etcd client, in
 /// Go), run by hand with `cargo test --lib inmemory::portforward::tests::serve_for_go --
 /// --ignored --nocapture`. Writes a kubeconfig and the etcd CA to `$INMEMORY_INTEROP_DIR`
@@ -502,6 +592,9 @@ async fn serve_for_go() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(120);
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("RUST_LOG").unwrap_or("capd=debug".into()))
+        .try_init();
     let fake = start().await;
     add_etcd_pod(&fake.group, "cp-c", chrono::Utc::now());
     std::fs::create_dir_all(&dir).unwrap();
