@@ -9,6 +9,7 @@
 //! (with preconditions), the `status` subresource, and watch (`resourceVersion`,
 //! `timeoutSeconds`, `allowWatchBookmarks`, and watch-list: `sendInitialEvents=true` with
 //! `resourceVersionMatch=NotOlderThan`). Bodies are JSON; a protobuf body is a 415 (next step).
+//! And `pods/<name>/portforward`, handed to [`super::portforward`].
 //!
 //! Every failure is a `Status` object with its code: unknown paths 404, unserved verbs 405,
 //! bad bodies or parameters 400, too-large bodies 413, unsupported media types 415.
