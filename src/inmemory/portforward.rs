@@ -68,6 +68,8 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 pub const QUEUED_CHUNKS: usize = 8;
 /// The API server's port in a kube-apiserver static pod when the pod declares none.
 pub const API_SERVER_PORT: u16 = 6443;
+/// How long the end of a session waits for its last frames to be written.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bytes buffered in each direction of a pipe.
 const PIPE: usize = 64 << 10;
 const READ_CHUNK: usize = 32 << 10;
@@ -265,6 +267,12 @@ struct Session {
     opened: usize,
     last_id: u32,
     pairs: HashMap<String, Pair>,
+    /// Cancelled when the session ends, however it ends (also when its future is dropped):
+    /// stops the writer and every pipe.
+    done: CancellationToken,
+    /// Every stream's reset token is a child: cancelled first, to end the pipes while the
+    /// writer still flushes what they sent.
+    streams_done: CancellationToken,
 }
 
 /// Why a session ended early.
@@ -280,6 +288,7 @@ enum SessionError {
 
 impl Session {
     fn new(pods: Arc<Pods>, namespace: String, pod: String) -> Self {
+        let done = CancellationToken::new();
         Self {
             pods,
             namespace,
@@ -288,6 +297,8 @@ impl Session {
             opened: 0,
             last_id: 0,
             pairs: HashMap::new(),
+            streams_done: done.child_token(),
+            done,
         }
     }
 
@@ -295,33 +306,27 @@ impl Session {
     where
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
+        let _ends_everything = self.done.clone().drop_guard();
         let (rd, wr) = tokio::io::split(io);
         let (out, rx) = mpsc::channel(OUTGOING);
-        let writer = tokio::spawn(write_frames(wr, rx));
+        let writer = tokio::spawn(write_frames(wr, rx, self.done.clone()));
         let result = self.read_loop(rd, &out).await;
         if let Err(e) = &result {
             let status = match e {
                 SessionError::Idle(_) => spdy::goaway::OK,
                 _ => spdy::goaway::PROTOCOL_ERROR,
             };
-            let _ = out
-                .send(Frame::GoAway {
-                    last_good: self.last_id,
-                    status,
-                })
-                .await;
+            let goaway = Frame::GoAway {
+                last_good: self.last_id,
+                status,
+            };
+            let _ = tokio::time::timeout(FLUSH_TIMEOUT, out.send(goaway)).await;
         }
-        // Ends every pipe: their tasks see the reset and stop, then the writer drains.
-        for s in self.streams.values() {
-            s.reset.cancel();
-        }
-        for pair in self.pairs.values() {
-            for s in [&pair.error, &pair.data].into_iter().flatten() {
-                s.reset.cancel();
-            }
-        }
+        // Ends every pipe, then lets the writer flush for a moment; a client that does not
+        // read does not hold the session.
+        self.streams_done.cancel();
         drop(out);
-        let _ = writer.await;
+        let _ = tokio::time::timeout(FLUSH_TIMEOUT, writer).await;
         result
     }
 
@@ -431,7 +436,7 @@ impl Session {
             })
             .await;
         let (tx, rx) = mpsc::channel(QUEUED_CHUNKS);
-        let reset = CancellationToken::new();
+        let reset = self.streams_done.child_token();
         if !fin {
             self.streams.insert(
                 id,
@@ -637,7 +642,18 @@ async fn pipe_stream(pipe: DuplexStream, stream: Opened, out: &mpsc::Sender<Fram
 
 /// Encodes frames in the order they are sent (header compression is one context) and writes
 /// them, batching what is already queued.
-async fn write_frames<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Frame>) {
+async fn write_frames<W: AsyncWrite + Unpin>(
+    wr: W,
+    rx: mpsc::Receiver<Frame>,
+    done: CancellationToken,
+) {
+    tokio::select! {
+        _ = write_all_frames(wr, rx) => {}
+        _ = done.cancelled() => {}
+    }
+}
+
+async fn write_all_frames<W: AsyncWrite + Unpin>(mut wr: W, mut rx: mpsc::Receiver<Frame>) {
     let mut deflater = Deflater::default();
     let mut buf = Vec::with_capacity(READ_CHUNK + 64);
     while let Some(frame) = rx.recv().await {

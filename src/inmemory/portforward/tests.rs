@@ -578,6 +578,44 @@ async fn an_idle_session_ends_and_streams_are_bounded() {
         .unwrap();
 }
 
+#[tokio::test]
+async fn the_end_of_a_session_ends_its_pipes() {
+    let fake = start().await;
+    let pods = fake.listener_pods();
+    let etcd = pods.etcd.read().unwrap().clone().unwrap();
+    let (client_io, server_io) = tokio::io::duplex(64 << 10);
+    let session = super::Session::new(pods.clone(), "kube-system".into(), "etcd-cp-a".into());
+    let running = tokio::spawn(session.run(server_io));
+    let (client, closed) = SpdyClient::over(client_io);
+    let client = Arc::new(client);
+    let (_, data) = client.open_pair(0, 2379).await;
+    let pipe = client.pipe(data).await;
+    let (mut send, _) = h2_client(pipe, &fake.etcd_ca, "etcd-cp-a").await.unwrap();
+    grpc_call::<MemberListResponse>(
+        &mut send,
+        "/etcdserverpb.Cluster/MemberList",
+        &MemberListRequest::default(),
+    )
+    .await
+    .unwrap();
+    // The member's connection holds the etcd server: the Pods' slot, ours, and it.
+    assert_eq!(Arc::strong_count(&etcd), 3);
+    // The session is dropped (as when its listener stops): the pipe and the member's
+    // connection end with it, although this client never closed its stream.
+    running.abort();
+    tokio::time::timeout(Duration::from_secs(5), closed)
+        .await
+        .expect("the session was not closed")
+        .unwrap();
+    for _ in 0..200 {
+        if Arc::strong_count(&etcd) == 2 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the member's connection outlived its session");
+}
+
 /// Not a test: the server end of `hack/inmemory-interop` (KCP's own dialer and etcd client, in
 /// Go), run by hand with `cargo test --lib inmemory::portforward::tests::serve_for_go --
 /// --ignored --nocapture`. Writes a kubeconfig and the etcd CA to `$INMEMORY_INTEROP_DIR`
