@@ -395,6 +395,10 @@ impl Session {
                 Frame::Ping { id } if id % 2 == 1 => {
                     let _ = out.send(Frame::Ping { id }).await;
                 }
+                // HEADERS may close the client's half too (client-go sends none).
+                Frame::Headers { id, fin: true, .. } => {
+                    self.streams.remove(&id);
+                }
                 Frame::GoAway { .. } => return Ok(()),
                 Frame::Ping { .. }
                 | Frame::SynReply { .. }
