@@ -14,7 +14,7 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::controller::Action,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::{
     api::conditions::{Desired, reasons, types},
@@ -29,7 +29,7 @@ use crate::{
     inmemory::{
         Cloud, Group,
         cloud::{draws, ensure, remove},
-        objects,
+        etcd, objects,
         phases::{self, BOOTSTRAPPED_ANNOTATION, MachineFacts, Phase, Provisioned},
         spec::InMemoryMachineSpec,
     },
@@ -110,12 +110,17 @@ pub async fn normal(step: &mut Step<'_, Machines>, bound: &Bound, spec: &str) ->
                 objects::node(&name, &phases::provider_id(&name), version, control_plane),
             )
             .map_err(|e| Error::in_memory_write(types::NODE_PROVISIONED, e))?,
-            Phase::Etcd => ensure(
-                &group,
-                "Pod",
-                objects::static_pod(objects::ETCD, &name, json!({})),
-            )
-            .map_err(|e| Error::in_memory_write(types::ETCD_PROVISIONED, e))?,
+            Phase::Etcd => {
+                // The Pod is the member: its annotations hold the member's identity, which the
+                // fake etcd reads (a member added twice is the same member).
+                let member = etcd::add_member(&group, &name, now);
+                ensure(
+                    &group,
+                    "Pod",
+                    objects::static_pod(objects::ETCD, &name, Value::Object(member)),
+                )
+                .map_err(|e| Error::in_memory_write(types::ETCD_PROVISIONED, e))?
+            }
             Phase::ApiServer => {
                 api_server(step, cloud, &group, bound, &listener, &name, version).await?
             }
@@ -189,27 +194,21 @@ async fn api_server(
                 IN_MEMORY_RETRY,
             )
         })?;
-    let ca_name = format!("{}-ca", bound.cluster_name);
-    let ca = Api::<Secret>::namespaced(step.ctx.client.clone(), &bound.namespace)
-        .get_opt(&ca_name)
-        .await?;
-    let data = ca.as_ref().and_then(|s| s.data.as_ref());
-    let (Some(cert), Some(key)) = (
-        data.and_then(|d| d.get("tls.crt")),
-        data.and_then(|d| d.get("tls.key")),
-    ) else {
-        return Err(Error::blocked(
-            types::API_SERVER_PROVISIONED,
-            reasons::INTERNAL_ERROR,
-            format!(
-                "Secret {}/{ca_name} with the cluster CA (tls.crt, tls.key) not found",
-                bound.namespace
-            ),
-            IN_MEMORY_RETRY,
-        ));
-    };
+    let secrets = Api::<Secret>::namespaced(step.ctx.client.clone(), &bound.namespace);
+    let ca = ca_pair(
+        &secrets,
+        &bound.namespace,
+        &format!("{}-ca", bound.cluster_name),
+    )
+    .await?;
+    let etcd_ca = ca_pair(
+        &secrets,
+        &bound.namespace,
+        &format!("{}-etcd", bound.cluster_name),
+    )
+    .await?;
     cloud
-        .listen(listener, port, &cert.0, &key.0)
+        .listen(listener, port, (&ca.0, &ca.1), (&etcd_ca.0, &etcd_ca.1))
         .await
         .map_err(|e| {
             Error::blocked(
@@ -219,6 +218,24 @@ async fn api_server(
                 IN_MEMORY_RETRY,
             )
         })
+}
+
+/// A CA Secret KCP makes (`<cluster>-ca`, `<cluster>-etcd`): its certificate and key, PEM.
+async fn ca_pair(secrets: &Api<Secret>, ns: &str, name: &str) -> Result<(Vec<u8>, Vec<u8>)> {
+    let secret = secrets.get_opt(name).await?;
+    let data = secret.and_then(|s| s.data);
+    let pair = data
+        .as_ref()
+        .and_then(|d| Some((d.get("tls.crt")?, d.get("tls.key")?)));
+    match pair {
+        Some((cert, key)) => Ok((cert.0.clone(), key.0.clone())),
+        None => Err(Error::blocked(
+            types::API_SERVER_PROVISIONED,
+            reasons::INTERNAL_ERROR,
+            format!("Secret {ns}/{name} with a CA (tls.crt, tls.key) not found"),
+            IN_MEMORY_RETRY,
+        )),
+    }
 }
 
 /// The delete arm: the machine's Node and static Pods leave the workload cluster.
