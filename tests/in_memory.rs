@@ -158,18 +158,14 @@ async fn real_capi_drives_an_in_memory_cluster_of_3_control_planes_and_10_worker
             "controlplane.cluster.x-k8s.io",
             "KubeadmControlPlane",
         );
-        let kcp = eventually(LONG, "KCP etcd healthy and Available", || async {
+        eventually(LONG, "KCP: 3 ready, etcd healthy, Available", || async {
             kcps.get(&format!("{name}-cp")).await.ok().filter(|k| {
-                condition(k, "EtcdClusterHealthy").as_deref() == Some("True")
+                k.data["status"]["readyReplicas"] == 3
+                    && condition(k, "EtcdClusterHealthy").as_deref() == Some("True")
                     && condition(k, "Available").as_deref() == Some("True")
             })
         })
         .await;
-        assert_eq!(
-            kcp.data["status"]["readyReplicas"], 3,
-            "{}",
-            kcp.data["status"]
-        );
         let clusters = capi_api(&env, &ns, "cluster.x-k8s.io", "Cluster");
         eventually(LONG, "the Cluster Available", || async {
             clusters
