@@ -2,7 +2,8 @@
 //! `hack/capi.sh up`): a DevCluster and DevMachines of `spec.backend.inMemory` become a
 //! workload cluster served by the manager itself, with no container. CAPI reaches that cluster
 //! at the DevCluster's endpoint with the kubeconfig KCP writes, finds each machine's Node by
-//! its providerID, and CABPK writes its join tokens there.
+//! its providerID, CABPK writes its join tokens there, and KCP reads the etcd members through
+//! port-forward to the fake etcd: 3 control planes and 10 workers make an Available Cluster.
 mod common;
 
 use std::time::Duration;
@@ -13,9 +14,9 @@ use serde_json::json;
 
 const LONG: Duration = Duration::from_secs(300);
 
-/// A cluster of one KCP control plane and `workers` MachineDeployment workers, every machine
-/// in memory with the given provisioning delays.
-fn manifest(name: &str, ns: &str, workers: u32) -> String {
+/// A cluster of `control_planes` KCP machines and `workers` MachineDeployment workers, every
+/// machine in memory with the given provisioning delays.
+fn manifest(name: &str, ns: &str, control_planes: u32, workers: u32) -> String {
     let in_memory = json!({
         "vm": {"provisioning": {"startupDuration": "2s", "startupJitter": "0.2"}},
         "node": {"provisioning": {"startupDuration": "1s"}},
@@ -48,7 +49,7 @@ fn manifest(name: &str, ns: &str, workers: u32) -> String {
             "apiVersion": "controlplane.cluster.x-k8s.io/v1beta2", "kind": "KubeadmControlPlane",
             "metadata": {"name": format!("{name}-cp"), "namespace": ns},
             "spec": {
-                "replicas": 1,
+                "replicas": control_planes,
                 "version": format!("v{K8S_VERSION}"),
                 "machineTemplate": {"spec": {"infrastructureRef": {
                     "apiGroup": infra, "kind": "DevMachineTemplate", "name": format!("{name}-cp")}}},
@@ -93,11 +94,11 @@ fn manifest(name: &str, ns: &str, workers: u32) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_capi_drives_an_in_memory_cluster_to_running_machines_with_nodes() {
+async fn real_capi_drives_an_in_memory_cluster_of_3_control_planes_and_10_workers_to_available() {
     let (env, ns) = TestEnv::with_namespaced_manager_args("inmem", &["--in-memory-backend"]).await;
     env.run(|env| async move {
         let name = format!("{}-c", env.id);
-        kubectl(&["apply", "-f", "-"], Some(&manifest(&name, &ns, 3)));
+        kubectl(&["apply", "-f", "-"], Some(&manifest(&name, &ns, 3, 10)));
 
         // The DevCluster gets a port of upstream's range on this host, and is provisioned.
         let dev_clusters = capi_api(&env, &ns, "infrastructure.cluster.x-k8s.io", "DevCluster");
@@ -116,9 +117,9 @@ async fn real_capi_drives_an_in_memory_cluster_to_running_machines_with_nodes() 
 
         // Every Machine gets a Node, found by CAPI core in the workload cluster by providerID.
         let kubeconfig = workload_kubeconfig(&env, &ns, &name).await;
-        let running = eventually(LONG, "4 Machines with a nodeRef", || async {
+        let running = eventually(LONG, "13 Machines with a nodeRef", || async {
             let ms = machines(&env, &ns).await;
-            (ms.len() == 4 && ms.iter().all(|m| m.2.is_some())).then_some(ms)
+            (ms.len() == 13 && ms.iter().all(|m| m.2.is_some())).then_some(ms)
         })
         .await;
         for (machine, _, node, provider_id) in &running {
@@ -130,7 +131,7 @@ async fn real_capi_drives_an_in_memory_cluster_to_running_machines_with_nodes() 
             );
         }
         let ready = ready_nodes(&kubeconfig).expect("the workload cluster answers kubectl");
-        assert_eq!(ready.len(), 4, "{ready:?}");
+        assert_eq!(ready.len(), 13, "{ready:?}");
         // CABPK's join tokens for the workers were written to the workload cluster (protobuf
         // bodies from controller-runtime).
         let tokens = wl_json(&kubeconfig, &["get", "secrets", "-n", "kube-system"]).unwrap();
@@ -141,6 +142,39 @@ async fn real_capi_drives_an_in_memory_cluster_to_running_machines_with_nodes() 
             .filter(|s| s["type"] == "bootstrap.kubernetes.io/token")
             .count();
         assert!(tokens >= 1, "no bootstrap token in the workload cluster");
+        // KCP scaled to 3 through the fake etcd (members read through port-forward), and the
+        // Cluster is Available: control plane, etcd and workers.
+        let condition = |obj: &kube::api::DynamicObject, t: &str| {
+            obj.data["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == t)
+                .map(|c| c["status"].as_str().unwrap_or_default().to_string())
+        };
+        let kcps = capi_api(
+            &env,
+            &ns,
+            "controlplane.cluster.x-k8s.io",
+            "KubeadmControlPlane",
+        );
+        eventually(LONG, "KCP: 3 ready, etcd healthy, Available", || async {
+            kcps.get(&format!("{name}-cp")).await.ok().filter(|k| {
+                k.data["status"]["readyReplicas"] == 3
+                    && condition(k, "EtcdClusterHealthy").as_deref() == Some("True")
+                    && condition(k, "Available").as_deref() == Some("True")
+            })
+        })
+        .await;
+        let clusters = capi_api(&env, &ns, "cluster.x-k8s.io", "Cluster");
+        eventually(LONG, "the Cluster Available", || async {
+            clusters
+                .get(&name)
+                .await
+                .ok()
+                .filter(|c| condition(c, "Available").as_deref() == Some("True"))
+        })
+        .await;
         assert!(
             cluster_containers(&name, &ns).await.is_empty(),
             "an in-memory cluster has no container"

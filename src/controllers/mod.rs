@@ -4,7 +4,6 @@
 //!   the controllers are run (the top: it knows every controller, nothing knows it).
 //! - [`docker_cluster`], [`docker_machine`], [`docker_machine_pool`]: one controller each, every
 //!   one a [`kit::lifecycle::Reconciler`]; each holds what it alone uses.
-//! - [`in_memory`]: the in-memory backend's arms of the DevCluster and DevMachine controllers.
 //! - [`machine_template`]: the machine templates' status-only controller.
 //! - [`load_balancer`]: the cluster's HAProxy container, used by the cluster and machine
 //!   controllers.
@@ -18,7 +17,6 @@ mod act_tests;
 pub mod docker_cluster;
 pub mod docker_machine;
 pub mod docker_machine_pool;
-pub mod in_memory;
 pub mod kit;
 pub mod load_balancer;
 pub mod machine_template;

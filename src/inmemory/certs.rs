@@ -87,18 +87,36 @@ pub fn signing_key(pem: &[u8]) -> Result<KeyPair, CertError> {
     }
 }
 
+/// The CA that signs leaves, from its PEM certificate and key.
+pub(crate) fn issuer(
+    ca_cert_pem: &[u8],
+    ca_key_pem: &[u8],
+) -> Result<Issuer<'static, KeyPair>, CertError> {
+    let ca_key = signing_key(ca_key_pem)?;
+    let ca_pem = std::str::from_utf8(ca_cert_pem).map_err(|e| CertError::Ca(e.to_string()))?;
+    Issuer::from_ca_cert_pem(ca_pem, ca_key).map_err(|e| CertError::Ca(e.to_string()))
+}
+
+/// Valid from yesterday (clock skew) for a year, by calendar day, as upstream's leaves: a
+/// short validity would trip KCP's certificate-expiry rollouts.
+pub(crate) fn valid_for_a_year(params: &mut CertificateParams) {
+    use chrono::Datelike;
+    let day = chrono::Utc::now().date_naive() - chrono::Days::new(1);
+    let ymd = |d: chrono::NaiveDate| rcgen::date_time_ymd(d.year(), d.month() as u8, d.day() as u8);
+    params.not_before = ymd(day);
+    params.not_after = ymd(day + chrono::Days::new(366));
+}
+
 /// A serving certificate for the fake API server (CN `kube-apiserver`, the SANs a client may
 /// dial: localhost, the loopback addresses and `hosts`), signed by the CA, as rustls serves
-/// it. ALPN offers HTTP/1.1 only for now (HTTP/2 comes with the fake etcd's gRPC).
+/// it. ALPN offers HTTP/1.1 only: the API is served over HTTP/1.1 (the fake etcd's HTTP/2 is
+/// reached through port-forward, with its own TLS).
 pub fn serving_config(
     ca_cert_pem: &[u8],
     ca_key_pem: &[u8],
     hosts: &[String],
 ) -> Result<Arc<ServerConfig>, CertError> {
-    let ca_key = signing_key(ca_key_pem)?;
-    let ca_pem = std::str::from_utf8(ca_cert_pem).map_err(|e| CertError::Ca(e.to_string()))?;
-    let issuer =
-        Issuer::from_ca_cert_pem(ca_pem, ca_key).map_err(|e| CertError::Ca(e.to_string()))?;
+    let issuer = issuer(ca_cert_pem, ca_key_pem)?;
     let mut names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
     for h in hosts {
         let h = h.trim_start_matches('[').trim_end_matches(']');
@@ -116,12 +134,7 @@ pub fn serving_config(
         KeyUsagePurpose::KeyEncipherment,
     ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    // From yesterday (clock skew) for a year, by calendar day.
-    use chrono::Datelike;
-    let day = chrono::Utc::now().date_naive() - chrono::Days::new(1);
-    let ymd = |d: chrono::NaiveDate| rcgen::date_time_ymd(d.year(), d.month() as u8, d.day() as u8);
-    params.not_before = ymd(day);
-    params.not_after = ymd(day + chrono::Days::new(366));
+    valid_for_a_year(&mut params);
     let key = KeyPair::generate()?;
     let leaf = params.signed_by(&key, &issuer)?;
     let mut tls = ServerConfig::builder_with_provider(crate::webhook::provider())

@@ -109,13 +109,14 @@ impl Cloud {
     }
 
     /// Start cluster `name`'s listener on its port, serving a certificate signed by the
-    /// cluster's CA (once; a second call is a no-op).
+    /// cluster's CA (`ca`: certificate and key, PEM), and its etcd members' signed by the etcd
+    /// CA (`etcd_ca`), once; a second call is a no-op.
     pub async fn listen(
         &self,
         name: &str,
         port: u16,
-        ca_cert: &[u8],
-        ca_key: &[u8],
+        (ca_cert, ca_key): (&[u8], &[u8]),
+        (etcd_cert, etcd_key): (&[u8], &[u8]),
     ) -> Result<(), ListenError> {
         if self.is_listening(name) {
             return Ok(());
@@ -129,6 +130,7 @@ impl Cloud {
         let listener = Listener::bind(addr, tls, self.group(name))
             .await
             .map_err(|source| ListenError::Bind { addr, source })?;
+        listener.register_etcd_ca(etcd_cert, etcd_key)?;
         // Two reconciles may race here; the loser's listener is dropped (and closed).
         lock(&self.listeners)
             .entry(name.to_string())
@@ -292,15 +294,16 @@ mod tests {
         let ca_cert = certs::tests::ca_cert(ca_key).into_bytes();
         let cloud = Cloud::new("127.0.0.1", (20000, 20001));
         // Port 0: the kernel picks one, so parallel tests never collide.
-        cloud.listen("ns/c", 0, &ca_cert, ca_key).await.unwrap();
-        cloud.listen("ns/c", 0, &ca_cert, ca_key).await.unwrap();
+        let ca = (ca_cert.as_slice(), ca_key);
+        cloud.listen("ns/c", 0, ca, ca).await.unwrap();
+        cloud.listen("ns/c", 0, ca, ca).await.unwrap();
         assert!(cloud.is_listening("ns/c"));
         assert_eq!(cloud.tracked()[0], ("in_memory_listeners", 1));
         cloud.remove_cluster("ns/c");
         assert!(!cloud.is_listening("ns/c"));
         let bad = Cloud::new("pod-ip", (20000, 20001));
         assert!(matches!(
-            bad.listen("ns/c", 0, &ca_cert, ca_key).await,
+            bad.listen("ns/c", 0, ca, ca).await,
             Err(ListenError::Host(_))
         ));
     }

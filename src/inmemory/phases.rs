@@ -3,7 +3,7 @@
 //! to provision now, how long to wait for the others, and the conditions to report; for one
 //! DevCluster, what to write to its `controlPlaneEndpoint`. Nothing here reads a clock, draws a
 //! random number or talks to anything: the caller passes `now`, the jitter draws and the
-//! result of its port allocation. Not wired to the controllers yet.
+//! result of its port allocation. The controllers' in-memory arms act on them.
 //!
 //! Upstream's machine, in order, on every reconcile:
 //! 1. Gates: the Cluster's infrastructure is provisioned, then the Machine has bootstrap data

@@ -22,6 +22,7 @@
 //! (`rest/request.go:832-837`, `newStreamWatcher`), through the client negotiator, which serves
 //! every media type its scheme supports, JSON included (apimachinery
 //! `pkg/runtime/negotiate.go:58-83`).
+//! And `pods/<name>/portforward`, handed to [`super::portforward`].
 //!
 //! Every failure is a `Status` object with its code: unknown paths 404, unserved verbs 405,
 //! bad bodies or parameters 400, too-large bodies 413, unsupported media types (and protobuf
@@ -38,7 +39,7 @@ use std::{
     convert::Infallible,
     io,
     net::SocketAddr,
-    sync::Arc,
+    sync::{Arc, Weak},
     time::Duration,
 };
 
@@ -55,6 +56,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::ServerConfig;
 use serde_json::{Value, json};
 use tokio::{
+    io::{AsyncRead, AsyncWrite},
     net::TcpListener,
     sync::{Semaphore, watch},
     time::Instant,
@@ -64,8 +66,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::{
+    certs::CertError,
+    etcd::Etcd,
     kinds::{self, RESOURCES, Resource, ResourceId, VERBS},
     patch::{self, PatchType},
+    portforward::Pods,
     protobuf,
     selector::{FieldSelector, LabelSelector},
     status::ApiError,
@@ -96,6 +101,7 @@ type Body = UnsyncBoxBody<Bytes, Infallible>;
 pub struct Listener {
     local: SocketAddr,
     stop: CancellationToken,
+    pods: Arc<Pods>,
 }
 
 impl Listener {
@@ -108,9 +114,30 @@ impl Listener {
         let tcp = TcpListener::bind(addr).await?;
         let local = tcp.local_addr()?;
         let stop = CancellationToken::new();
-        let ctx = Arc::new(Ctx { group, local });
-        tokio::spawn(accept(tcp, TlsAcceptor::from(tls), ctx, stop.clone()));
-        Ok(Self { local, stop })
+        let acceptor = TlsAcceptor::from(tls);
+        // A port-forward to a kube-apiserver Pod is one more connection to this server.
+        let ctx = Arc::new_cyclic(|me: &Weak<Ctx>| {
+            let (me, acceptor, conn_stop) = (me.clone(), acceptor.clone(), stop.clone());
+            let api_server = Box::new(move |pipe| {
+                if let Some(ctx) = me.upgrade() {
+                    let conn = serve_conn(pipe, acceptor.clone(), ctx, conn_stop.clone(), None);
+                    tokio::spawn(conn);
+                }
+            });
+            let pods = Arc::new(Pods::new(group.clone(), api_server, stop.clone()));
+            Ctx { group, local, pods }
+        });
+        let pods = ctx.pods.clone();
+        tokio::spawn(accept(tcp, acceptor, ctx, stop.clone()));
+        Ok(Self { local, stop, pods })
+    }
+
+    /// Registers the cluster's etcd CA (the `<cluster>-etcd` Secret's `tls.crt` and
+    /// `tls.key`): from then on the group's etcd Pods serve the fake etcd through port-forward.
+    pub fn register_etcd_ca(&self, ca_cert_pem: &[u8], ca_key_pem: &[u8]) -> Result<(), CertError> {
+        let etcd = Etcd::new(self.pods.group().clone(), ca_cert_pem, ca_key_pem)?;
+        self.pods.set_etcd(Some(etcd));
+        Ok(())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -131,6 +158,7 @@ impl Drop for Listener {
 struct Ctx {
     group: Arc<Group>,
     local: SocketAddr,
+    pods: Arc<Pods>,
 }
 
 async fn accept(tcp: TcpListener, acceptor: TlsAcceptor, ctx: Arc<Ctx>, stop: CancellationToken) {
@@ -155,24 +183,39 @@ async fn accept(tcp: TcpListener, acceptor: TlsAcceptor, ctx: Arc<Ctx>, stop: Ca
         let (acceptor, ctx, stop) = (acceptor.clone(), ctx.clone(), stop.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => return debug!(%peer, error = %e, "TLS handshake failed"),
-                Err(_) => return debug!(%peer, "TLS handshake timed out"),
-            };
-            let service = service_fn(move |req| {
-                let ctx = ctx.clone();
-                async move { Ok::<_, Infallible>(handle(&ctx, req).await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(tls), service);
-            tokio::select! {
-                r = conn => if let Err(e) = r { debug!(%peer, error = %e, "connection ended") },
-                _ = stop.cancelled() => {}
-            }
+            serve_conn(stream, acceptor, ctx, stop, Some(peer)).await;
         });
+    }
+}
+
+/// Serves HTTP/1.1 (with upgrades, for port-forward) over one TLS connection: a client's
+/// socket, or a pipe port-forwarded to a kube-apiserver Pod (no `peer`).
+async fn serve_conn<IO>(
+    io: IO,
+    acceptor: TlsAcceptor,
+    ctx: Arc<Ctx>,
+    stop: CancellationToken,
+    peer: Option<SocketAddr>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => return debug!(?peer, error = %e, "TLS handshake failed"),
+        Err(_) => return debug!(?peer, "TLS handshake timed out"),
+    };
+    let service = service_fn(move |req| {
+        let ctx = ctx.clone();
+        async move { Ok::<_, Infallible>(handle(&ctx, req).await) }
+    });
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(tls), service)
+        .with_upgrades();
+    tokio::select! {
+        r = conn => if let Err(e) = r { debug!(?peer, error = %e, "connection ended") },
+        _ = stop.cancelled() => {}
     }
 }
 
@@ -443,6 +486,9 @@ async fn resource(
             _ => Err(not_allowed()),
         },
         (Some(name), sub) => {
+            if sub == Some("portforward") && r.kind == "Pod" && !watch_path {
+                return ctx.pods.answer(req, ns, name);
+            }
             let part = match sub {
                 None => Part::Main,
                 Some("status") if r.status => Part::Status,

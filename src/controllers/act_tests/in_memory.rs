@@ -27,10 +27,10 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// The cluster CA Secret KCP makes, `<cluster>-ca`.
-fn ca_secret(cluster: &str, ca_pem: &str) -> Secret {
+/// A CA Secret KCP makes (`<cluster>-ca`, `<cluster>-etcd`).
+fn ca_secret(name: &str, ca_pem: &str) -> Secret {
     let mut s = Secret::default();
-    s.metadata.name = Some(format!("{cluster}-ca"));
+    s.metadata.name = Some(name.to_string());
     s.data = Some(
         [
             (
@@ -106,7 +106,8 @@ async fn a_control_plane_dev_machine_without_delays_comes_up_in_one_reconcile_an
     let ca = ca_cert(RSA_PKCS1);
     s.put(sc::cluster("c", "DevCluster"));
     s.put(sc::machine("c", "m", "DevMachine", true));
-    s.put(ca_secret("c", &ca));
+    s.put(ca_secret("c-ca", &ca));
+    s.put(ca_secret("c-etcd", &ca));
     let mut dc = sc::dev_cluster("c", json!({"inMemory": {}}));
     dc.spec.control_plane_endpoint = Some(crate::api::ApiEndpoint {
         host: Some("127.0.0.1".into()),
@@ -176,6 +177,14 @@ async fn a_control_plane_dev_machine_without_delays_comes_up_in_one_reconcile_an
             "kube-controller-manager-m",
             "kube-scheduler-m"
         ]
+    );
+
+    // The etcd Pod is the member KCP will find through port-forward: it leads, alone.
+    let members = crate::inmemory::etcd::members(&s.ctx.in_memory.as_ref().unwrap().group("ns/c"));
+    assert_eq!(members.len(), 1);
+    assert_eq!(
+        crate::inmemory::etcd::leader(&members).map(|m| m.name.as_str()),
+        Some("m")
     );
 
     // Deleting the machine takes its Node and Pods away; deleting the cluster, the listener.

@@ -47,7 +47,7 @@ pub enum Normal {
     /// Not yet: `ContainerProvisioned` says why.
     Wait(Desired),
     /// A DevMachine of the in-memory backend, with its `spec.backend.inMemory` as JSON: a
-    /// simulated machine, no container (`controllers::in_memory::machine`).
+    /// simulated machine, no container (`docker_machine::in_memory`).
     InMemory(Bound, String),
     /// Provisioned earlier: report the container, bring a stopped one back; never bootstrap again.
     Refresh(Bound),

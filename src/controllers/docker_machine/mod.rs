@@ -2,11 +2,13 @@
 //! bootstrapped from CAPI's data, through the [`lifecycle`](super::lifecycle).
 //!
 //! fetch ([`Owners`], from the caches) -> the contract's gate -> normal ([`decide::normal`],
-//! pure; then [`provision`]) or delete ([`delete`]) -> status.
+//! pure; then [`provision`]) or delete ([`delete`]) -> status. A DevMachine of the in-memory
+//! backend takes the [`in_memory`] arms instead: a simulated machine, no container.
 mod backends;
 pub mod bootstrap;
 pub mod decide;
 mod delete;
+mod in_memory;
 pub mod node;
 mod provision;
 
@@ -16,13 +18,12 @@ use kube::{ResourceExt, runtime::controller::Action};
 
 pub use decide::{Bound, Normal, Owners, Status};
 
-use super::in_memory;
 use super::kit::{
     caches,
     context::Context,
     error::Result,
     kinds::Kinds,
-    lifecycle::{Decide, Deleted, Facts, Reconciler, Step},
+    lifecycle::{Decide, Deleted, Facts, Reconciler, Reports, Step},
 };
 use crate::{
     api::{DockerMachine, DockerMachineStatus, conditions::types, dev::in_memory_backend},
@@ -81,20 +82,16 @@ impl Reconciler for Machines {
         dm.status.as_ref()
     }
 
-    fn primary(dm: &DockerMachine) -> &'static str {
+    fn reports(dm: &DockerMachine) -> Reports {
         match in_memory_backend(&dm.metadata) {
-            Some(_) => in_memory::machine::PRIMARY,
-            None => Self::PRIMARY,
+            Some(_) => Reports {
+                primary: in_memory::PRIMARY,
+                ready_from: Some(crate::inmemory::phases::ready_from(
+                    dm.labels().contains_key(capi::CONTROL_PLANE_LABEL),
+                )),
+            },
+            None => Self::REPORTS,
         }
-    }
-
-    fn ready_from(dm: &DockerMachine) -> Option<&'static [&'static str]> {
-        Some(match in_memory_backend(&dm.metadata) {
-            Some(_) => crate::inmemory::phases::ready_from(
-                dm.labels().contains_key(capi::CONTROL_PLANE_LABEL),
-            ),
-            None => Self::READY_FROM,
-        })
     }
 
     async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
@@ -117,7 +114,7 @@ impl Reconciler for Machines {
                 step.report.set(&waiting);
                 Ok(Action::requeue(step.ctx.settings.resync))
             }
-            Normal::InMemory(bound, spec) => in_memory::machine::normal(step, &bound, &spec).await,
+            Normal::InMemory(bound, spec) => in_memory::normal(step, &bound, &spec).await,
             Normal::Refresh(bound) => {
                 let Step {
                     obj,
@@ -125,6 +122,7 @@ impl Reconciler for Machines {
                     ctx,
                     patcher,
                     report,
+                    ..
                 } = step;
                 provision::refresh(&bound, obj, fetched, ctx, patcher, report).await
             }
@@ -145,7 +143,7 @@ impl Reconciler for Machines {
 
     async fn delete(step: &mut Step<'_, Self>, cluster_name: Option<String>) -> Result<Deleted> {
         if in_memory_backend(&step.obj.metadata).is_some() {
-            in_memory::machine::delete(step, cluster_name.as_deref())?;
+            in_memory::delete(step, cluster_name.as_deref())?;
             return Ok(Deleted::Released);
         }
         delete::containers(step.obj, step.fetched, cluster_name.as_deref(), step.ctx).await?;

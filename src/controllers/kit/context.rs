@@ -174,6 +174,20 @@ impl Deref for Context {
 }
 
 impl Context {
+    /// The manager's in-memory backend, for an arm of a view marked in-memory. A view is marked
+    /// only when the backend is served, so its absence is a wiring fault: reported under
+    /// `condition`, never panicked on.
+    pub fn in_memory(&self, condition: &'static str) -> Result<&crate::inmemory::Cloud> {
+        self.shared.in_memory.as_deref().ok_or_else(|| {
+            super::error::Error::blocked(
+                condition,
+                crate::api::conditions::reasons::BACKEND_NOT_SERVED,
+                "the in-memory backend is not served by this manager",
+                Duration::from_secs(300),
+            )
+        })
+    }
+
     /// The family's cluster object `namespace/name` (a DevCluster as its view), from the
     /// cache, or from the API server when the cache has not seen it (yet).
     pub async fn infra_cluster(

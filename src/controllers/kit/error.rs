@@ -62,7 +62,21 @@ pub fn bounded_message(message: &str) -> String {
     crate::api::conditions::truncate(message, MAX_REJECTION_MESSAGE)
 }
 
+/// How soon an in-memory arm that could not act looks again.
+pub const IN_MEMORY_RETRY: Duration = Duration::from_secs(10);
+
 impl Error {
+    /// A write to an in-memory workload cluster's store that failed (its quota, most likely):
+    /// reported under `condition`, as upstream reports an error of a phase.
+    pub fn in_memory_write(condition: &'static str, e: crate::inmemory::ApiError) -> Self {
+        Self::blocked(
+            condition,
+            reasons::INTERNAL_ERROR,
+            format!("the in-memory workload cluster refused a write: {e}"),
+            IN_MEMORY_RETRY,
+        )
+    }
+
     pub fn blocked(
         condition: &'static str,
         reason: &'static str,

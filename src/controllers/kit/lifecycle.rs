@@ -86,13 +86,16 @@ pub trait Reconciler: Decide + Sized + Send + Sync + 'static {
     fn kind(kinds: Kinds) -> &'static str;
     fn status(obj: &Self::Object) -> Option<&Self::Status>;
 
-    /// [`Self::PRIMARY`] for this object (a backend may report under another condition).
-    fn primary(_obj: &Self::Object) -> &'static str {
-        Self::PRIMARY
-    }
-    /// What Ready summarises for this object; `None`: its arm sets Ready itself.
-    fn ready_from(_obj: &Self::Object) -> Option<&'static [&'static str]> {
-        Some(Self::READY_FROM)
+    /// [`Self::PRIMARY`] and [`Self::READY_FROM`].
+    const REPORTS: Reports = Reports {
+        primary: Self::PRIMARY,
+        ready_from: Some(Self::READY_FROM),
+    };
+
+    /// The conditions this object reports under: [`Self::REPORTS`], unless its backend reports
+    /// under others (an in-memory DevMachine's phases).
+    fn reports(_obj: &Self::Object) -> Reports {
+        Self::REPORTS
     }
 
     /// The objects the reconcile reads (from the caches where there are some).
@@ -113,6 +116,14 @@ pub trait Reconciler: Decide + Sized + Send + Sync + 'static {
         step: &mut Step<'_, Self>,
         plan: Self::Delete,
     ) -> impl Future<Output = Result<Deleted>> + Send;
+}
+
+/// Where one object's reconcile reports: the condition an error without one of its own, or a
+/// deletion, lands in; and what Ready summarises (`None`: the arm sets Ready itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reports {
+    pub primary: &'static str,
+    pub ready_from: Option<&'static [&'static str]>,
 }
 
 /// What the gate reads of a kind's owners.
@@ -264,7 +275,7 @@ async fn act<R: Reconciler>(
         Plan::Delete(plan) => {
             step.report.set(&conditions::paused(&[]));
             step.report.set(&Desired::false_(
-                R::primary(obj),
+                step.reports.primary,
                 reasons::DELETING,
                 R::DELETING,
             ));
@@ -300,6 +311,7 @@ pub struct Step<'a, R: Reconciler> {
     pub ctx: &'a Context,
     pub patcher: Patcher<'a>,
     pub report: Report<R::Status>,
+    reports: Reports,
 }
 
 impl<'a, R: Reconciler> Step<'a, R> {
@@ -312,6 +324,7 @@ impl<'a, R: Reconciler> Step<'a, R> {
             ctx,
             patcher: Patcher::new(api, obj, &ctx.own_writes),
             report: Report::new(R::status(obj), obj.meta().generation),
+            reports: R::reports(obj),
         }
     }
 
@@ -338,14 +351,14 @@ impl<'a, R: Reconciler> Step<'a, R> {
         {
             let condition = match e {
                 Error::Blocked(b) => b.condition,
-                _ => R::primary(self.obj),
+                _ => self.reports.primary,
             };
             self.report
                 .set(&Desired::false_(condition, reason, e.to_string()));
         }
         let deleting = self.obj.meta().deletion_timestamp.is_some();
         let observed = self.patcher.observed_generation();
-        let ready_from = R::ready_from(self.obj).filter(|_| !deleting);
+        let ready_from = self.reports.ready_from.filter(|_| !deleting);
         self.report.close(R::RETIRED, ready_from, observed);
         self.write_status().await?;
         let before = R::status(self.obj).map(WithConditions::conditions);

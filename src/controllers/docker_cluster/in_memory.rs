@@ -6,7 +6,6 @@ use kube::{ResourceExt, runtime::controller::Action};
 use serde_json::json;
 use tracing::info;
 
-use super::cloud;
 use crate::{
     api::{
         Initialization,
@@ -26,7 +25,7 @@ pub const PRIMARY: &str = types::READY;
 /// The normal arm: reserve the port, write the endpoint once, say provisioned.
 pub async fn normal(step: &mut Step<'_, Clusters>, cluster_name: &str) -> Result<Action> {
     let (dc, ctx) = (step.obj, step.ctx);
-    let cloud = cloud(ctx, PRIMARY)?;
+    let cloud = ctx.in_memory(PRIMARY)?;
     let ns = dc.namespace().unwrap_or_default();
     let listener = phases::listener_name(&ns, cluster_name);
     let provisioned = dc

@@ -14,23 +14,22 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::controller::Action,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
-use super::{RETRY, cloud, store_error};
 use crate::{
     api::conditions::{Desired, reasons, types},
     capi::Machine,
     controllers::{
         docker_machine::{Bound, Machines},
         kit::{
-            error::{Error, Result},
+            error::{Error, IN_MEMORY_RETRY, Result},
             lifecycle::Step,
         },
     },
     inmemory::{
         Cloud, Group,
         cloud::{draws, ensure, remove},
-        objects,
+        etcd, objects,
         phases::{self, BOOTSTRAPPED_ANNOTATION, MachineFacts, Phase, Provisioned},
         spec::InMemoryMachineSpec,
     },
@@ -43,7 +42,7 @@ pub const PRIMARY: &str = types::VM_PROVISIONED;
 /// The normal arm. `spec` is the view's `spec.backend.inMemory`, as JSON.
 pub async fn normal(step: &mut Step<'_, Machines>, bound: &Bound, spec: &str) -> Result<Action> {
     let (dm, ctx) = (step.obj, step.ctx);
-    let cloud = cloud(ctx, PRIMARY)?;
+    let cloud = ctx.in_memory(PRIMARY)?;
     let spec = match serde_json::from_str(spec)
         .map_err(|e| e.to_string())
         .and_then(|v| InMemoryMachineSpec::from_value(&v).map_err(|e| e.to_string()))
@@ -80,8 +79,14 @@ pub async fn normal(step: &mut Step<'_, Machines>, bound: &Bound, spec: &str) ->
         provisioned: Provisioned::from_conditions(step.report.conditions()),
         now,
     };
-    let plan = phases::decide_machine(&spec, &facts, &draws(&uid))
-        .map_err(|e| Error::blocked(PRIMARY, reasons::INVALID_SPEC, e.to_string(), RETRY))?;
+    let plan = phases::decide_machine(&spec, &facts, &draws(&uid)).map_err(|e| {
+        Error::blocked(
+            PRIMARY,
+            reasons::INVALID_SPEC,
+            e.to_string(),
+            IN_MEMORY_RETRY,
+        )
+    })?;
 
     let listener = phases::listener_name(&bound.namespace, &bound.cluster_name);
     let group = cloud.group(&listener);
@@ -104,13 +109,18 @@ pub async fn normal(step: &mut Step<'_, Machines>, bound: &Bound, spec: &str) ->
                 "Node",
                 objects::node(&name, &phases::provider_id(&name), version, control_plane),
             )
-            .map_err(|e| store_error(types::NODE_PROVISIONED, e))?,
-            Phase::Etcd => ensure(
-                &group,
-                "Pod",
-                objects::static_pod(objects::ETCD, &name, json!({})),
-            )
-            .map_err(|e| store_error(types::ETCD_PROVISIONED, e))?,
+            .map_err(|e| Error::in_memory_write(types::NODE_PROVISIONED, e))?,
+            Phase::Etcd => {
+                // The Pod is the member: its annotations hold the member's identity, which the
+                // fake etcd reads (a member added twice is the same member).
+                let member = etcd::add_member(&group, &name, now);
+                ensure(
+                    &group,
+                    "Pod",
+                    objects::static_pod(objects::ETCD, &name, Value::Object(member)),
+                )
+                .map_err(|e| Error::in_memory_write(types::ETCD_PROVISIONED, e))?
+            }
             Phase::ApiServer => {
                 api_server(step, cloud, &group, bound, &listener, &name, version).await?
             }
@@ -154,7 +164,7 @@ async fn api_server(
     node: &str,
     version: Option<&str>,
 ) -> Result<()> {
-    let fail = |e| store_error(types::API_SERVER_PROVISIONED, e);
+    let fail = |e| Error::in_memory_write(types::API_SERVER_PROVISIONED, e);
     for component in objects::API_SERVER_COMPONENTS {
         ensure(
             group,
@@ -181,39 +191,51 @@ async fn api_server(
                 types::API_SERVER_PROVISIONED,
                 reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
                 "the DevCluster has no control-plane endpoint port yet",
-                RETRY,
+                IN_MEMORY_RETRY,
             )
         })?;
-    let ca_name = format!("{}-ca", bound.cluster_name);
-    let ca = Api::<Secret>::namespaced(step.ctx.client.clone(), &bound.namespace)
-        .get_opt(&ca_name)
-        .await?;
-    let data = ca.as_ref().and_then(|s| s.data.as_ref());
-    let (Some(cert), Some(key)) = (
-        data.and_then(|d| d.get("tls.crt")),
-        data.and_then(|d| d.get("tls.key")),
-    ) else {
-        return Err(Error::blocked(
-            types::API_SERVER_PROVISIONED,
-            reasons::INTERNAL_ERROR,
-            format!(
-                "Secret {}/{ca_name} with the cluster CA (tls.crt, tls.key) not found",
-                bound.namespace
-            ),
-            RETRY,
-        ));
-    };
+    let secrets = Api::<Secret>::namespaced(step.ctx.client.clone(), &bound.namespace);
+    let ca = ca_pair(
+        &secrets,
+        &bound.namespace,
+        &format!("{}-ca", bound.cluster_name),
+    )
+    .await?;
+    let etcd_ca = ca_pair(
+        &secrets,
+        &bound.namespace,
+        &format!("{}-etcd", bound.cluster_name),
+    )
+    .await?;
     cloud
-        .listen(listener, port, &cert.0, &key.0)
+        .listen(listener, port, (&ca.0, &ca.1), (&etcd_ca.0, &etcd_ca.1))
         .await
         .map_err(|e| {
             Error::blocked(
                 types::API_SERVER_PROVISIONED,
                 reasons::INTERNAL_ERROR,
                 e.to_string(),
-                RETRY,
+                IN_MEMORY_RETRY,
             )
         })
+}
+
+/// A CA Secret KCP makes (`<cluster>-ca`, `<cluster>-etcd`): its certificate and key, PEM.
+async fn ca_pair(secrets: &Api<Secret>, ns: &str, name: &str) -> Result<(Vec<u8>, Vec<u8>)> {
+    let secret = secrets.get_opt(name).await?;
+    let data = secret.and_then(|s| s.data);
+    let pair = data
+        .as_ref()
+        .and_then(|d| Some((d.get("tls.crt")?, d.get("tls.key")?)));
+    match pair {
+        Some((cert, key)) => Ok((cert.0.clone(), key.0.clone())),
+        None => Err(Error::blocked(
+            types::API_SERVER_PROVISIONED,
+            reasons::INTERNAL_ERROR,
+            format!("Secret {ns}/{name} with a CA (tls.crt, tls.key) not found"),
+            IN_MEMORY_RETRY,
+        )),
+    }
 }
 
 /// The delete arm: the machine's Node and static Pods leave the workload cluster.
@@ -225,7 +247,7 @@ pub fn delete(step: &Step<'_, Machines>, cluster_name: Option<&str>) -> Result<(
         if let Some(cluster) = cluster_name {
             let ns = dm.namespace().unwrap_or_default();
             let group = cloud.group(&phases::listener_name(&ns, cluster));
-            let fail = |e| store_error(PRIMARY, e);
+            let fail = |e| Error::in_memory_write(PRIMARY, e);
             remove(&group, "Node", "", &name).map_err(fail)?;
             for component in std::iter::once(&objects::ETCD).chain(objects::API_SERVER_COMPONENTS) {
                 remove(

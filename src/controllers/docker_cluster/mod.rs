@@ -2,19 +2,21 @@
 //! per cluster, through the [`lifecycle`].
 //!
 //! fetch (the owner Cluster, from the cache) -> the contract's gate -> normal (the load balancer
-//! and the control-plane endpoint) or delete (the load balancer) -> status.
+//! and the control-plane endpoint) or delete (the load balancer) -> status. A DevCluster of the
+//! in-memory backend takes the [`in_memory`] arms instead: a port and the endpoint, no container.
+mod in_memory;
+
 use std::sync::Arc;
 
 use kube::{ResourceExt, runtime::controller::Action};
 use serde_json::json;
 
 use super::{
-    in_memory,
     kit::{
         caches,
         context::Context,
         error::Result,
-        lifecycle::{Decide, Deleted, Facts, Reconciler, Step},
+        lifecycle::{Decide, Deleted, Facts, Reconciler, Reports, Step},
     },
     load_balancer,
 };
@@ -50,7 +52,7 @@ pub enum Normal {
     /// The load balancer and the endpoint.
     LoadBalancer(Arc<Cluster>),
     /// A DevCluster of the in-memory backend: a port and the endpoint
-    /// (`controllers::in_memory::cluster`).
+    /// (`docker_cluster::in_memory`).
     InMemory(Arc<Cluster>),
 }
 
@@ -108,17 +110,13 @@ impl Reconciler for Clusters {
         dc.status.as_ref()
     }
 
-    fn primary(dc: &DockerCluster) -> &'static str {
+    fn reports(dc: &DockerCluster) -> Reports {
         match in_memory_backend(&dc.metadata) {
-            Some(_) => in_memory::cluster::PRIMARY,
-            None => Self::PRIMARY,
-        }
-    }
-
-    fn ready_from(dc: &DockerCluster) -> Option<&'static [&'static str]> {
-        match in_memory_backend(&dc.metadata) {
-            Some(_) => None,
-            None => Some(Self::READY_FROM),
+            Some(_) => Reports {
+                primary: in_memory::PRIMARY,
+                ready_from: None,
+            },
+            None => Self::REPORTS,
         }
     }
 
@@ -140,7 +138,7 @@ impl Reconciler for Clusters {
         let cluster = match plan {
             Normal::LoadBalancer(cluster) => cluster,
             Normal::InMemory(cluster) => {
-                return in_memory::cluster::normal(step, &cluster.name_any()).await;
+                return in_memory::normal(step, &cluster.name_any()).await;
             }
         };
         let (dc, ctx) = (step.obj, step.ctx);
@@ -199,7 +197,7 @@ impl Reconciler for Clusters {
 
     async fn delete(step: &mut Step<'_, Self>, plan: Delete) -> Result<Deleted> {
         if in_memory_backend(&step.obj.metadata).is_some() {
-            in_memory::cluster::delete(step, &plan.cluster_name)?;
+            in_memory::delete(step, &plan.cluster_name)?;
             return Ok(Deleted::Released);
         }
         let (dc, ctx) = (step.obj, step.ctx);
