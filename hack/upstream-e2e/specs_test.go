@@ -532,3 +532,28 @@ var _ = Describe("When testing KCP infra adoption", Label("kcp-infra-adoption"),
 		}
 	})
 })
+
+// ClusterClass changes on upstream's in-memory flavor: the ClusterClass's templates are changed
+// (the control plane's and the MachineDeployment's bootstrap and infrastructure templates, the
+// last through the in-memory VM's startupDuration), and the cluster must roll out to them; the
+// patches come from the test runtime extension. The modified fields are upstream's.
+var _ = Describe("When testing ClusterClass changes", Label("clusterclass-changes"), func() {
+	e2e.ClusterClassChangesSpec(ctx, func() e2e.ClusterClassChangesSpecInput {
+		return e2e.ClusterClassChangesSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                    "in-memory-topology",
+			ExtensionServiceNamespace: "test-extension-system",
+			ExtensionServiceName:      "test-extension-webhook-service",
+			ModifyControlPlaneFields: map[string]interface{}{
+				"spec.kubeadmConfigSpec.verbosity": int64(4),
+			},
+			ModifyMachineDeploymentBootstrapConfigTemplateFields: map[string]interface{}{
+				"spec.template.spec.verbosity": int64(4),
+			},
+			ModifyMachineDeploymentInfrastructureMachineTemplateFields: map[string]interface{}{
+				"spec.template.spec.backend.inMemory.vm.provisioning.startupDuration": "15s",
+			},
+		}
+	})
+})

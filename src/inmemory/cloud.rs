@@ -126,7 +126,7 @@ impl Cloud {
             .parse()
             .map_err(|_| ListenError::Host(self.host.clone()))?;
         let tls = certs::serving_config(ca_cert, ca_key, std::slice::from_ref(&self.host))?;
-        let addr = SocketAddr::new(ip, port);
+        let addr = SocketAddr::new(bind_address(ip), port);
         let listener = Listener::bind(addr, tls, self.group(name))
             .await
             .map_err(|source| ListenError::Bind { addr, source })?;
@@ -162,6 +162,18 @@ impl Cloud {
             ("in_memory_ports", lock(&self.ports).len()),
             ("in_memory_vms", lock(&self.vms).len()),
         ]
+    }
+}
+
+/// Where a listener advertised at `host` binds: every address of the Pod, as upstream's, since a
+/// port-forward to the manager's Pod (how upstream's e2e framework reaches an in-memory cluster)
+/// arrives on the Pod's loopback, not on its IP. A loopback host (a manager run on a workstation
+/// or in the tests) binds only that.
+fn bind_address(host: IpAddr) -> IpAddr {
+    match host {
+        h if h.is_loopback() => h,
+        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
     }
 }
 
@@ -250,6 +262,15 @@ mod tests {
             "an endpoint's own port is kept, in the range or not"
         );
         assert_eq!(cloud.tracked()[1], ("in_memory_ports", 3));
+    }
+
+    #[test]
+    fn a_pod_ip_binds_every_address_of_its_family_and_loopback_stays_loopback() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(bind_address(ip("10.244.0.7")), ip("0.0.0.0"));
+        assert_eq!(bind_address(ip("fd00::7")), ip("::"));
+        assert_eq!(bind_address(ip("127.0.0.1")), ip("127.0.0.1"));
+        assert_eq!(bind_address(ip("::1")), ip("::1"));
     }
 
     #[test]

@@ -91,7 +91,7 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "clusterclass_changes_test.go",
         "ClusterClass changes",
-        NotRunnable(IN_MEMORY),
+        Label("clusterclass-changes"),
     ),
     spec(
         "clusterclass_rollout_test.go",
