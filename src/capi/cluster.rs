@@ -83,6 +83,14 @@ pub enum IpFamily {
 }
 
 impl Cluster {
+    /// `spec.controlPlaneEndpoint` once set (a host and a port): what CAPI copied from the
+    /// infrastructure object, and what every client of the workload cluster dials.
+    pub fn endpoint(&self) -> Option<(&str, i32)> {
+        let e = self.spec.control_plane_endpoint.as_ref()?;
+        let host = e.host.as_deref().filter(|h| !h.is_empty())?;
+        Some((host, e.port.filter(|p| *p != 0)?))
+    }
+
     pub fn is_paused(&self) -> bool {
         self.spec.paused == Some(true)
     }

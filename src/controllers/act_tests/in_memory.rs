@@ -269,3 +269,41 @@ async fn a_bad_in_memory_spec_is_reported_not_acted_on() {
     assert_eq!((st.as_str(), reason.as_str()), ("False", "InvalidSpec"));
     assert!(stored["spec"]["providerID"].is_null());
 }
+
+#[tokio::test]
+async fn the_clusters_endpoint_wins_over_a_port_put_back_on_the_dev_cluster() {
+    // CAPI copied 127.0.0.1:<port> to the Cluster; a ClusterClass's topology then put its
+    // template's defaulted 6443 back on the DevCluster. The served port stays the Cluster's, and
+    // the DevCluster's endpoint is not written again (no fight with the topology controller).
+    let port = free_port();
+    let s = Scenario::dev_in_memory((port, port));
+    let mut cluster = sc::cluster("c", "DevCluster");
+    cluster.spec.control_plane_endpoint = Some(crate::capi::Endpoint {
+        host: Some("127.0.0.1".into()),
+        port: Some(i32::from(port)),
+    });
+    s.put(cluster);
+    let mut dc = sc::dev_cluster("c", json!({"inMemory": {}}));
+    dc.spec.control_plane_endpoint = Some(crate::api::ApiEndpoint {
+        host: Some("127.0.0.1".into()),
+        port: Some(6443),
+    });
+    let dc = s.put(dc);
+
+    s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+        .await
+        .unwrap();
+
+    let stored = s.json::<dev::DevCluster>("c");
+    assert_eq!(
+        stored["spec"]["controlPlaneEndpoint"]["port"], 6443,
+        "not written"
+    );
+    assert_eq!(stored["status"]["initialization"]["provisioned"], true);
+    let cloud = s.ctx.in_memory.as_ref().unwrap();
+    assert_eq!(
+        cloud.reserve_port("ns/c", crate::inmemory::phases::PortRequest::Allocate),
+        crate::inmemory::phases::PortAllocation::Port(port),
+        "the Cluster's port is the one reserved"
+    );
+}

@@ -8,9 +8,10 @@ use tracing::info;
 
 use crate::{
     api::{
-        Initialization,
+        ApiEndpoint, Initialization,
         conditions::{Desired, reasons, types},
     },
+    capi::Cluster,
     controllers::{
         docker_cluster::Clusters,
         kit::{error::Result, lifecycle::Step},
@@ -23,8 +24,9 @@ use crate::{
 pub const PRIMARY: &str = types::READY;
 
 /// The normal arm: reserve the port, write the endpoint once, say provisioned.
-pub async fn normal(step: &mut Step<'_, Clusters>, cluster_name: &str) -> Result<Action> {
+pub async fn normal(step: &mut Step<'_, Clusters>, cluster: &Cluster) -> Result<Action> {
     let (dc, ctx) = (step.obj, step.ctx);
+    let cluster_name = &cluster.name_any();
     let cloud = ctx.in_memory(PRIMARY)?;
     let ns = dc.namespace().unwrap_or_default();
     let listener = phases::listener_name(&ns, cluster_name);
@@ -34,8 +36,16 @@ pub async fn normal(step: &mut Step<'_, Clusters>, cluster_name: &str) -> Result
         .and_then(|s| s.initialization.as_ref())
         .and_then(|i| i.provisioned)
         .unwrap_or(false);
+    // CAPI copies the DevCluster's endpoint to the Cluster once it is provisioned, and every
+    // client (the kubeconfig KCP writes) dials the Cluster's. A ClusterClass's topology may
+    // afterwards put its template's defaulted port (6443) back on the DevCluster: the Cluster's
+    // endpoint stays the one served, and nothing is written back (no fight with topology).
+    let served = cluster.endpoint().map(|(host, port)| ApiEndpoint {
+        host: Some(host.to_string()),
+        port: Some(port),
+    });
     let facts = ClusterFacts {
-        endpoint: dc.spec.control_plane_endpoint.as_ref(),
+        endpoint: served.as_ref().or(dc.spec.control_plane_endpoint.as_ref()),
         provisioned,
         host: cloud.host(),
     };

@@ -138,7 +138,7 @@ impl Reconciler for Clusters {
         let cluster = match plan {
             Normal::LoadBalancer(cluster) => cluster,
             Normal::InMemory(cluster) => {
-                return in_memory::normal(step, &cluster.name_any()).await;
+                return in_memory::normal(step, &cluster).await;
             }
         };
         let (dc, ctx) = (step.obj, step.ctx);

@@ -179,12 +179,16 @@ async fn api_server(
     if cloud.is_listening(listener) {
         return Ok(());
     }
-    let port = step
-        .fetched
-        .docker_cluster
-        .as_ref()
-        .and_then(|dc| dc.spec.control_plane_endpoint.as_ref())
-        .and_then(|e| e.port)
+    // The port clients dial: the Cluster's endpoint once CAPI copied it, else the DevCluster's
+    // (a topology may have put a defaulted port back on the DevCluster since).
+    let port = bound
+        .cluster
+        .endpoint()
+        .map(|(_, port)| port)
+        .or_else(|| {
+            let dc = step.fetched.docker_cluster.as_ref()?;
+            dc.spec.control_plane_endpoint.as_ref()?.port
+        })
         .and_then(|p| u16::try_from(p).ok())
         .ok_or_else(|| {
             Error::blocked(
