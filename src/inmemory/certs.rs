@@ -155,6 +155,21 @@ pub(crate) mod tests {
     pub(crate) const RSA_PKCS1: &[u8] = include_bytes!("testdata/ca-rsa-pkcs1.key");
     const EC_SEC1: &[u8] = include_bytes!("testdata/ca-ec-sec1.key");
 
+    /// A TLS client that trusts `ca` (PEM) and offers `alpn`.
+    pub(crate) fn tls_client(ca: &str, alpn: &[u8]) -> tokio_rustls::TlsConnector {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
+            .unwrap();
+        let mut config = rustls::ClientConfig::builder_with_provider(crate::webhook::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![alpn.to_vec()];
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+    }
+
     /// A self-signed CA certificate for a key, as CAPI makes the cluster CA.
     pub(crate) fn ca_cert(key_pem: &[u8]) -> String {
         let key = signing_key(key_pem).unwrap();

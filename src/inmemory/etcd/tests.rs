@@ -8,7 +8,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message;
-use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -209,17 +209,7 @@ pub(crate) async fn h2_client<IO>(
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(crate::webhook::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = crate::inmemory::certs::tests::tls_client(ca_pem, b"h2");
     let name = ServerName::try_from(sni.to_string()).unwrap();
     let tls = connector
         .connect(name, io)

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream},
@@ -19,7 +19,7 @@ use tokio::{
 use crate::inmemory::{
     certs::{
         self,
-        tests::{RSA_PKCS1, ca_cert},
+        tests::{RSA_PKCS1, ca_cert, tls_client},
     },
     etcd::{
         members,
@@ -73,20 +73,6 @@ async fn start() -> Fake {
         etcd_ca,
         group,
     }
-}
-
-fn tls_client(ca: &str, alpn: &[u8]) -> tokio_rustls::TlsConnector {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(ca.as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(crate::webhook::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 /// An HTTP/1.1 request to the listener, on a connection of its own.
