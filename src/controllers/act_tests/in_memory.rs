@@ -307,3 +307,55 @@ async fn the_clusters_endpoint_wins_over_a_port_put_back_on_the_dev_cluster() {
         "the Cluster's port is the one reserved"
     );
 }
+
+#[tokio::test]
+async fn a_moved_manager_writes_its_host_once_and_keeps_the_clusters_port() {
+    // Provisioned by a manager on another address: the DevCluster's host follows this one, with
+    // the Cluster's port, once (the Cluster keeps the old host: no loop on it).
+    let port = free_port();
+    let s = Scenario::dev_in_memory((port, port));
+    let mut cluster = sc::cluster("c", "DevCluster");
+    cluster.spec.control_plane_endpoint = Some(crate::capi::Endpoint {
+        host: Some("10.0.0.9".into()),
+        port: Some(i32::from(port)),
+    });
+    s.put(cluster);
+    let mut dc = sc::dev_cluster("c", json!({"inMemory": {}}));
+    dc.spec.control_plane_endpoint = Some(crate::api::ApiEndpoint {
+        host: Some("10.0.0.9".into()),
+        port: Some(6443),
+    });
+    dc.status = Some(crate::api::DockerClusterStatus {
+        initialization: Some(crate::api::Initialization {
+            provisioned: Some(true),
+        }),
+        ..Default::default()
+    });
+    let dc = s.put(dc);
+
+    let first = s
+        .reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        kube::runtime::controller::Action::requeue(Duration::from_secs(1))
+    );
+    let moved = s.get::<dev::DevCluster>("c").unwrap();
+    assert_eq!(
+        moved.spec.control_plane_endpoint,
+        Some(crate::api::ApiEndpoint {
+            host: Some("127.0.0.1".into()),
+            port: Some(i32::from(port)),
+        })
+    );
+    let second = s
+        .reconcile::<docker_cluster::Clusters>(moved.view_serving(true))
+        .await
+        .unwrap();
+    assert_ne!(
+        second,
+        kube::runtime::controller::Action::requeue(Duration::from_secs(1)),
+        "moved once, then settled"
+    );
+}

@@ -37,15 +37,23 @@ pub async fn normal(step: &mut Step<'_, Clusters>, cluster: &Cluster) -> Result<
         .and_then(|i| i.provisioned)
         .unwrap_or(false);
     // CAPI copies the DevCluster's endpoint to the Cluster once it is provisioned, and every
-    // client (the kubeconfig KCP writes) dials the Cluster's. A ClusterClass's topology may
+    // client (the kubeconfig KCP writes) dials the Cluster's port. A ClusterClass's topology may
     // afterwards put its template's defaulted port (6443) back on the DevCluster: the Cluster's
-    // endpoint stays the one served, and nothing is written back (no fight with topology).
-    let served = cluster.endpoint().map(|(host, port)| ApiEndpoint {
-        host: Some(host.to_string()),
-        port: Some(port),
-    });
+    // port stays the one served, and no port is written back (no fight with topology). The
+    // host is still the DevCluster's, so a manager that moved writes its new one once.
+    let endpoint = match (dc.spec.control_plane_endpoint.clone(), cluster.endpoint()) {
+        (Some(mut e), Some((_, port))) => {
+            e.port = Some(port);
+            Some(e)
+        }
+        (None, Some((host, port))) => Some(ApiEndpoint {
+            host: Some(host.to_string()),
+            port: Some(port),
+        }),
+        (e, None) => e,
+    };
     let facts = ClusterFacts {
-        endpoint: served.as_ref().or(dc.spec.control_plane_endpoint.as_ref()),
+        endpoint: endpoint.as_ref(),
         provisioned,
         host: cloud.host(),
     };
