@@ -277,17 +277,7 @@ async fn the_clusters_endpoint_wins_over_a_port_put_back_on_the_dev_cluster() {
     // the DevCluster's endpoint is not written again (no fight with the topology controller).
     let port = free_port();
     let s = Scenario::dev_in_memory((port, port));
-    let mut cluster = sc::cluster("c", "DevCluster");
-    cluster.spec.control_plane_endpoint = Some(crate::capi::Endpoint {
-        host: Some("127.0.0.1".into()),
-        port: Some(i32::from(port)),
-    });
-    s.put(cluster);
-    let mut dc = sc::dev_cluster("c", json!({"inMemory": {}}));
-    dc.spec.control_plane_endpoint = Some(crate::api::ApiEndpoint {
-        host: Some("127.0.0.1".into()),
-        port: Some(6443),
-    });
+    let dc = copied_endpoint(&s, "127.0.0.1", port);
     let dc = s.put(dc);
 
     s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
@@ -314,17 +304,7 @@ async fn a_moved_manager_writes_its_host_once_and_keeps_the_clusters_port() {
     // the Cluster's port, once (the Cluster keeps the old host: no loop on it).
     let port = free_port();
     let s = Scenario::dev_in_memory((port, port));
-    let mut cluster = sc::cluster("c", "DevCluster");
-    cluster.spec.control_plane_endpoint = Some(crate::capi::Endpoint {
-        host: Some("10.0.0.9".into()),
-        port: Some(i32::from(port)),
-    });
-    s.put(cluster);
-    let mut dc = sc::dev_cluster("c", json!({"inMemory": {}}));
-    dc.spec.control_plane_endpoint = Some(crate::api::ApiEndpoint {
-        host: Some("10.0.0.9".into()),
-        port: Some(6443),
-    });
+    let mut dc = copied_endpoint(&s, "10.0.0.9", port);
     dc.status = Some(crate::api::DockerClusterStatus {
         initialization: Some(crate::api::Initialization {
             provisioned: Some(true),
@@ -358,4 +338,22 @@ async fn a_moved_manager_writes_its_host_once_and_keeps_the_clusters_port() {
         kube::runtime::controller::Action::requeue(Duration::from_secs(1)),
         "moved once, then settled"
     );
+}
+
+/// Cluster `c` whose endpoint CAPI copied (`host`:`port`), and its in-memory DevCluster, which
+/// a topology has since given back the defaulted port 6443 (not stored yet: the caller may add
+/// a status).
+fn copied_endpoint(s: &Scenario, host: &str, port: u16) -> dev::DevCluster {
+    let mut cluster = sc::cluster("c", "DevCluster");
+    cluster.spec.control_plane_endpoint = Some(crate::capi::Endpoint {
+        host: Some(host.into()),
+        port: Some(i32::from(port)),
+    });
+    s.put(cluster);
+    let mut dc = sc::dev_cluster("c", json!({"inMemory": {}}));
+    dc.spec.control_plane_endpoint = Some(crate::api::ApiEndpoint {
+        host: Some(host.into()),
+        port: Some(6443),
+    });
+    dc
 }
