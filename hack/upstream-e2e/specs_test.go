@@ -557,3 +557,54 @@ var _ = Describe("When testing ClusterClass changes", Label("clusterclass-change
 		}
 	})
 })
+
+var _ = Describe("When testing ClusterClass rollouts", Label("clusterclass-rollout"), func() {
+	e2e.ClusterClassRolloutSpec(ctx, func() e2e.ClusterClassRolloutSpecInput {
+		return e2e.ClusterClassRolloutSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                    "in-memory-topology",
+			ExtensionServiceNamespace: "test-extension-system",
+			ExtensionServiceName:      "test-extension-webhook-service",
+			// The spec compares each object's metadata with its template's; what the in-memory
+			// backend and the test extension add on their own is not part of that comparison.
+			FilterMetadataBeforeValidation: func(object client.Object) clusterv1.ObjectMeta {
+				labels, annotations := object.GetLabels(), object.GetAnnotations()
+				for _, a := range []string{
+					"inmemorycluster.infrastructure.cluster.x-k8s.io/listener",
+					"machine.inmemory.infrastructure.cluster.x-k8s.io/bootstrapped",
+					"top-level-annotation-1",
+				} {
+					delete(annotations, a)
+				}
+				delete(labels, "top-level-label-1")
+				return clusterv1.ObjectMeta{Labels: labels, Annotations: annotations}
+			},
+		}
+	})
+})
+
+// Upstream's scale spec with its own (small) defaults: 10 clusters of 1 control plane and one
+// MachineDeployment of 3, 5 at a time, beside 4 more ClusterClasses. The bench (xtask bench)
+// takes the in-memory backend to thousands of machines.
+var _ = Describe("When testing the machinery for scale testing using in-memory backend", Label("scale"), func() {
+	e2e.ScaleSpec(ctx, func() e2e.ScaleSpecInput {
+		return e2e.ScaleSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                            ptr.To("in-memory-scale"),
+			DumpResources:                     true,
+			ClusterCount:                      ptr.To[int64](10),
+			Concurrency:                       ptr.To[int64](5),
+			ControlPlaneMachineCount:          ptr.To[int64](1),
+			MachineDeploymentCount:            ptr.To[int64](1),
+			WorkerPerMachineDeploymentCount:   ptr.To[int64](3),
+			AdditionalClusterClassCount:       ptr.To[int64](4),
+			ClusterClassName:                  "in-memory",
+			DeployClusterInSeparateNamespaces: ptr.To(false),
+			UseCrossNamespaceClusterClass:     ptr.To(false),
+			ExtensionServiceNamespace:         "test-extension-system",
+			ExtensionServiceName:              "test-extension-webhook-service",
+		}
+	})
+})

@@ -96,7 +96,7 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "clusterclass_rollout_test.go",
         "ClusterClass rollouts",
-        NotRunnable(IN_MEMORY),
+        Label("clusterclass-rollout"),
     ),
     spec(
         "clusterctl_upgrade_test.go",
@@ -216,7 +216,7 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
         "quick-start with ClusterClass without workers",
         Label("quick-start-no-workers"),
     ),
-    spec("scale_test.go", "scale", NotRunnable(IN_MEMORY)),
+    spec("scale_test.go", "scale", Label("scale")),
     spec(
         "self_hosted_test.go",
         "self-hosted with ClusterClass",
