@@ -30,6 +30,10 @@
 #                             ClusterClass's patches come from upstream's test runtime extension
 #                             (built by hack/kind-providers.sh build, installed by the suite's
 #                             clusterctl init in every run)
+#   clusterclass-changes, clusterclass-rollout, scale
+#                             upstream's specs of those names on its in-memory flavors
+#                             (in-memory-topology, in-memory-scale): config.yaml turns on capd-rs's
+#                             --in-memory-backend
 # Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
 # workload containers join it too), CAPD_IMAGE (default docker.io/capd-rs/manager:e2e, rebuilt from
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
