@@ -27,7 +27,7 @@ pub struct UpstreamSpec {
 
 use Coverage::{Label, NotRunnable};
 
-const IN_MEMORY: &str = "runs on the in-memory backend, which capd-rs serves behind --in-memory-backend; hack/upstream-e2e.sh does not run its specs yet";
+const IN_MEMORY: &str = "runs on the in-memory backend (served behind --in-memory-backend; three of its specs are wired: clusterclass-changes, clusterclass-rollout, scale); not wired yet";
 const CONFORMANCE: &str = "needs the Kubernetes conformance image, which cannot be built offline";
 
 /// Every `Describe` of upstream's `test/e2e` v1.14 (39), in file order.
