@@ -6,16 +6,21 @@
 #   prebuilt  FROM scratch + a binary built on the host. Needs no registry and no network:
 #             hack/build-image.sh builds the binary (static, x86_64-unknown-linux-musl or
 #             glibc with crt-static) and stages it at .tiltbuild/bin/manager, then runs
-#             `docker build --target prebuilt`. Tilt uses the same stage.
+#             `docker build --target prebuilt`.
+#   tilt      prebuilt + a static busybox (from $BUSYBOX_IMAGE) and hack/tilt/{start,restart}.sh,
+#             so that Tilt can live-update the binary in a running Pod (tilt.d/capd-rs.tiltfile).
+#             Development only: the released image stays one binary.
 #   release   (default, last) builds the binary from source in a Rust image, then copies it
 #             into an empty image. Needs the Rust image and crates.io.
 #
 # The prebuilt stage comes first on purpose: the classic (non-BuildKit) builder runs every
 # stage up to the requested target, so `--target prebuilt` must not depend on the Rust image.
 # With BuildKit, `docker build .` builds only what `release` needs; with the classic builder a
-# plain `docker build .` also runs `prebuilt` and so needs .tiltbuild/bin/manager present.
+# plain `docker build .` also runs `prebuilt` and `tilt`, and so needs .tiltbuild/bin/manager
+# present and the busybox image.
 
 ARG RUST_IMAGE=rust:1.95-bookworm
+ARG BUSYBOX_IMAGE=busybox:1.37.0-musl
 
 # ---- prebuilt: host-built static binary -------------------------------------------------
 FROM scratch AS prebuilt
@@ -24,6 +29,17 @@ COPY .tiltbuild/bin/manager /manager
 WORKDIR /tmp
 WORKDIR /
 ENTRYPOINT ["/manager"]
+
+# ---- tilt: prebuilt + what Tilt's live update needs --------------------------------------
+# Tilt copies a rebuilt binary in with `tar` through `kubectl exec` and then runs restart.sh;
+# CAPI's tilt-prepare starts the container as `sh /start.sh /manager ...`. busybox gives sh, tar
+# and kill (the musl image's busybox is static).
+FROM ${BUSYBOX_IMAGE} AS busybox
+FROM prebuilt AS tilt
+COPY --from=busybox /bin/busybox /bin/busybox
+RUN ["/bin/busybox", "--install", "-s", "/bin"]
+COPY hack/tilt/start.sh hack/tilt/restart.sh /
+ENTRYPOINT ["/bin/sh", "/start.sh", "/manager"]
 
 # ---- builder: static musl build from source ---------------------------------------------
 FROM ${RUST_IMAGE} AS builder

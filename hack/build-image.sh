@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds the manager image offline: a static `manager` binary built on this host, staged at
 # .tiltbuild/bin/manager, then `docker build --target prebuilt` (FROM scratch; no registry).
-#   hack/build-image.sh [--skip-build|--binary-only] [--from-source] [IMAGE]   (default IMAGE: capd-rs/manager:dev)
+#   hack/build-image.sh [--skip-build|--binary-only] [--profile P] [--from-source] [IMAGE]
+#                                                            (default IMAGE: capd-rs/manager:dev)
 #     --skip-build   reuse the binary already staged in .tiltbuild/bin/manager
 #     --binary-only  build and stage the binary, do not build the image (Tilt builds it)
+#     --profile P    the cargo profile (default release; Tilt's loop uses `tilt`, see Cargo.toml)
 #     --from-source  build inside Docker instead (`--target release`; needs the Rust image and crates.io)
-# Static linking: static_release_build in hack/lib.sh (musl when installed, else glibc with
+# Static linking: static_build in hack/lib.sh (musl when installed, else glibc with
 # crt-static; CAPD_RS_RUST_TARGET=<triple> forces one).
 source "$(dirname "$0")/lib.sh"
 
@@ -13,12 +15,15 @@ IMAGE=capd-rs/manager:dev
 SKIP_BUILD=false
 FROM_SOURCE=false
 BINARY_ONLY=false
-for arg in "$@"; do
+PROFILE=release
+while (($#)); do
+  arg=$1; shift
   case "$arg" in
+    --profile) [[ $# -gt 0 ]] || die "--profile needs a value"; PROFILE=$1; shift ;;
     --skip-build) SKIP_BUILD=true ;;
     --from-source) FROM_SOURCE=true ;;
     --binary-only) BINARY_ONLY=true ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     -*) die "unknown flag $arg" ;;
     *) IMAGE=$arg ;;
   esac
@@ -52,7 +57,7 @@ is_static() {
 
 if ! $SKIP_BUILD; then
   command -v cargo >/dev/null || die "cargo not found"
-  BIN="$(static_release_build manager)/manager"
+  BIN="$(static_build "$PROFILE" manager)/manager"
   [[ -x "$BIN" ]] || die "cargo did not produce $BIN"
   is_static "$BIN" || die "$BIN is dynamically linked; it cannot run in a FROM scratch image"
   mkdir -p "$(dirname "$STAGED")"

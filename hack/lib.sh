@@ -249,19 +249,21 @@ EOF
 # (capd-podnet, hack/podnet).
 IMAGE_PACKAGES=(capd-rs capd-podnet)
 
-# static_release_build <bin>...: `cargo build --release` of these binaries of the workspace,
-# statically linked for the images (FROM scratch for the manager; podnet's too): the target is
-# x86_64-unknown-linux-musl when that Rust target is installed (musl-gcc from musl-tools if
-# present, else the host gcc, compiles ring's C code), otherwise the glibc target with
+# static_build <profile> <bin>...: `cargo build --profile <profile>` of these binaries of the
+# workspace, statically linked for the images (FROM scratch for the manager; podnet's too): the
+# target is x86_64-unknown-linux-musl when that Rust target is installed (musl-gcc from musl-tools
+# if present, else the host gcc, compiles ring's C code), otherwise the glibc target with
 # `-C target-feature=+crt-static` (a static-pie; fine here: no NSS or dlopen is used).
 # CAPD_RS_RUST_TARGET=<triple> forces one. Every image binary goes through here, so they share
-# one set of compiled release dependencies (a cold cache compiles them once, not once per binary):
+# one set of compiled dependencies per profile (a cold cache compiles them once, not per binary):
 # cargo enables a dependency's features by the packages it is asked for, so every image package is
 # selected (-p) whichever binary is built (--bin); podnet alone would resolve tokio, hyper, kube
 # and others with fewer features and recompile them.
+# The images use `release`; Tilt's inner loop uses `tilt` (Cargo.toml says why).
 # Prints the folder the binaries are in.
-static_release_build() {
-  local triple installed bin pkg args=()
+static_build() {
+  local profile=$1 triple installed bin pkg args=()
+  shift
   if [[ -n ${CAPD_RS_RUST_TARGET:-} ]]; then
     triple=$CAPD_RS_RUST_TARGET
   else
@@ -285,8 +287,10 @@ static_release_build() {
   esac
   for pkg in "${IMAGE_PACKAGES[@]}"; do args+=(-p "$pkg"); done
   for bin in "$@"; do args+=(--bin "$bin"); done
-  log "building ${*} (cargo build --release --target $triple)"
-  (cd "$REPO_ROOT" && cargo build --quiet --release --locked --target "$triple" "${args[@]}") >&2 ||
-    die "cargo build --release of ${*} failed"
-  echo "$TARGET_DIR/$triple/release"
+  log "building ${*} (cargo build --profile $profile --target $triple)"
+  (cd "$REPO_ROOT" && cargo build --quiet --profile "$profile" --locked --target "$triple" "${args[@]}") >&2 ||
+    die "cargo build --profile $profile of ${*} failed"
+  # Cargo names the folder of its built-in `dev` profile `debug`.
+  [[ $profile == dev ]] && profile=debug
+  echo "$TARGET_DIR/$triple/$profile"
 }

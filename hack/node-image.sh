@@ -37,7 +37,7 @@ K8S_BIN="$BIN_DIR/k8s-v$K8S_VERSION"
 #   normal dependencies as name and version (cargo tree -p capd-podnet), so a dependency of the
 #   manager alone or a test-only one changes nothing here, nor does where the repository is
 #   cloned (cargo tree prints local paths);
-# - of hack/lib.sh, the versions above and the part that builds podnet: static_release_build, as
+# - of hack/lib.sh, the versions above and the part that builds podnet: static_build, as
 #   bash prints it (comments dropped), and the packages it selects. Not the whole file: its other
 #   helpers (the plane, processes, RBAC) shape nothing in the image, and it changes often.
 recipe() {
@@ -45,7 +45,7 @@ recipe() {
     echo "$K8S_VERSION $ETCD_VERSION $COREDNS_VERSION $CRICTL_VERSION $PODNET_IMAGE"
     cat "$0" "$HACK_DIR/lib-image.sh" "$FILES"/*
     (cd "$PODNET_DIR" && find Cargo.toml src -type f | LC_ALL=C sort | xargs sha256sum)
-    declare -f static_release_build
+    declare -f static_build
     echo "${IMAGE_PACKAGES[*]}"
     (cd "$REPO_ROOT" && cargo tree --quiet --locked -p capd-podnet -e normal --prefix none --target x86_64-unknown-linux-gnu) \
       | sed 's/ (.*$//' | sort -u
@@ -268,7 +268,7 @@ t0=$SECONDS
 log "building $NODE_IMAGE (recipe $key)"
 "$HACK_DIR/build-binaries.sh" node etcd coredns crictl
 # Static, through the manager's build helper: both share one set of compiled release dependencies.
-PODNET_BIN="$(static_release_build podnet)/podnet"
+PODNET_BIN="$(static_build release podnet)/podnet"
 build_components
 build_rootfs node-os "$NODE_PACKAGES" customize_node_os
 NODE_OS_TARBALL=$ROOTFS_TARBALL

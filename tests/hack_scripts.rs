@@ -181,7 +181,7 @@ fn the_node_image_recipe_follows_podnet_and_its_build_only() {
         echo "lib-other $(key)"
         echo '// podnet changes' >> hack/podnet/src/main.rs
         echo "podnet $(key)"
-        sed -i 's/--release --locked/--release --locked --offline/' hack/lib.sh
+        sed -i 's/--locked --target/--locked --offline --target/' hack/lib.sh
         echo "build $(key)"
     "#;
     let out = bash(script);
@@ -202,4 +202,60 @@ fn the_node_image_recipe_follows_podnet_and_its_build_only() {
     assert_eq!(keys["lib-other"], keys["base"], "another helper");
     assert_ne!(keys["podnet"], keys["base"], "podnet's source");
     assert_ne!(keys["build"], keys["podnet"], "the build helper");
+}
+
+/// Tilt's live update (tilt.d/capd-rs.tiltfile) relies on hack/tilt/start.sh restarting the
+/// manager after restart.sh stopped it, on the Pod's SIGTERM still reaching the manager, and on
+/// any other exit ending the container with the manager's own status. `sleep` and `sh -c` stand
+/// in for the manager; plain `sh` for the image's busybox.
+#[test]
+fn tilt_start_restarts_the_manager_after_restart_and_passes_sigterm_and_status_on() {
+    let script = r#"
+        dir=$(mktemp -d)
+        trap 'rm -rf "$dir"' EXIT
+        export CAPD_RS_RUN_DIR=$dir
+        wait_for() { for _ in $(seq 100); do eval "$1" && return 0; sleep 0.05; done; return 1; }
+        sh hack/tilt/start.sh sleep 30 > "$dir/out" 2>&1 &
+        starter=$!
+        wait_for '[ -s "$dir/manager.pid" ]'
+        first=$(cat "$dir/manager.pid")
+        sh hack/tilt/restart.sh
+        wait_for '[ "$(cat "$dir/manager.pid")" != "$first" ] && [ -s "$dir/manager.pid" ]'
+        second=$(cat "$dir/manager.pid")
+        echo "restarted $([ "$second" != "$first" ] && echo yes || echo no)"
+        echo "first $(kill -0 "$first" 2>/dev/null && echo alive || echo gone)"
+        echo "second $(kill -0 "$second" 2>/dev/null && echo alive || echo gone)"
+        echo "starter $(kill -0 "$starter" 2>/dev/null && echo alive || echo gone)"
+        kill -TERM "$starter"
+        wait "$starter"
+        echo "stopped $?"
+        wait_for '! kill -0 "$second" 2>/dev/null'
+        echo "after-stop $(kill -0 "$second" 2>/dev/null && echo alive || echo gone)"
+        sh hack/tilt/start.sh sh -c 'exit 3'
+        echo "exited $?"
+    "#;
+    let out = bash(script);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let got: std::collections::BTreeMap<&str, &str> =
+        stdout.lines().filter_map(|l| l.split_once(' ')).collect();
+    for (key, want) in [
+        ("restarted", "yes"),
+        ("first", "gone"),
+        ("second", "alive"),
+        ("starter", "alive"),
+        // The manager's status on SIGTERM (128 + 15), not a restart.
+        ("stopped", "143"),
+        ("after-stop", "gone"),
+        ("exited", "3"),
+    ] {
+        assert_eq!(
+            got.get(key).copied(),
+            Some(want),
+            "{key}: {stdout}\n{stderr}"
+        );
+    }
 }
