@@ -15,6 +15,24 @@ fn bash(script: &str) -> Output {
         .expect("bash runs")
 }
 
+/// Run `script`, which must succeed, and read its output as one `key value` pair per line.
+/// Returns the pairs and the whole output, for assertion messages.
+fn bash_key_values(script: &str) -> (std::collections::BTreeMap<String, String>, String) {
+    let out = bash(script);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let output = format!("{stdout}\n{stderr}");
+    assert!(out.status.success(), "{output}");
+    let pairs = stdout
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (pairs, output)
+}
+
 /// Under `set -e`, a failing pipeline whose stderr was discarded used to end a script without a
 /// word (e.g. reading the docker0 address where that bridge does not exist).
 #[test]
@@ -184,18 +202,11 @@ fn the_node_image_recipe_follows_podnet_and_its_build_only() {
         sed -i 's/--locked --target/--locked --offline --target/' hack/lib.sh
         echo "build $(key)"
     "#;
-    let out = bash(script);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let keys: std::collections::BTreeMap<&str, &str> =
-        stdout.lines().filter_map(|l| l.split_once(' ')).collect();
-    assert_eq!(keys.len(), 6, "{stdout}\n{stderr}");
+    let (keys, output) = bash_key_values(script);
+    assert_eq!(keys.len(), 6, "{output}");
     assert!(
         keys.values().all(|k| k.len() == 12),
-        "12-digit keys: {stdout}\n{stderr}"
+        "12-digit keys: {output}"
     );
     assert_eq!(keys["again"], keys["base"], "the key is stable");
     assert_eq!(keys["manager"], keys["base"], "the manager's code");
@@ -234,14 +245,7 @@ fn tilt_start_restarts_the_manager_after_restart_and_passes_sigterm_and_status_o
         sh hack/tilt/start.sh sh -c 'exit 3'
         echo "exited $?"
     "#;
-    let out = bash(script);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    let got: std::collections::BTreeMap<&str, &str> =
-        stdout.lines().filter_map(|l| l.split_once(' ')).collect();
+    let (got, output) = bash_key_values(script);
     for (key, want) in [
         ("restarted", "yes"),
         ("first", "gone"),
@@ -253,9 +257,9 @@ fn tilt_start_restarts_the_manager_after_restart_and_passes_sigterm_and_status_o
         ("exited", "3"),
     ] {
         assert_eq!(
-            got.get(key).copied(),
+            got.get(key).map(String::as_str),
             Some(want),
-            "{key}: {stdout}\n{stderr}"
+            "{key}: {output}"
         );
     }
 }
