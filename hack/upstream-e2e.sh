@@ -217,9 +217,19 @@ run() {
   return "$rc"
 }
 
+# hold_cluster: one run or teardown at a time per kind cluster. A second run would reuse the
+# cluster while the first one's teardown deletes it (seen: a spec failing mid-run on "connection
+# refused"). The lock is an open file, so it goes with the process, however that ends.
+hold_cluster() {
+  local lock="$CACHE_DIR/kind/$KIND_CLUSTER.lock"
+  mkdir -p "$CACHE_DIR/kind"
+  exec 9>"$lock"
+  flock -n 9 || die "another hack/upstream-e2e.sh is using the kind cluster $KIND_CLUSTER ($lock)"
+}
+
 case ${1:-run} in
   build) build >/dev/null ;;
-  down) down ;;
-  run) shift || true; run "$@" ;;
-  *) run "$@" ;;
+  down) hold_cluster; down ;;
+  run) shift || true; hold_cluster; run "$@" ;;
+  *) hold_cluster; run "$@" ;;
 esac

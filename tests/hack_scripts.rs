@@ -263,3 +263,30 @@ fn tilt_start_restarts_the_manager_after_restart_and_passes_sigterm_and_status_o
         );
     }
 }
+
+/// Two runs of hack/upstream-e2e.sh on one kind cluster must not overlap: the second refuses,
+/// naming the cluster, while the first holds it (here a `flock` stands in for the first run).
+/// The refusal comes before anything touches kind or Docker.
+#[test]
+fn a_second_upstream_e2e_run_on_the_same_kind_cluster_is_refused() {
+    let script = r#"
+        lock="$CAPD_RS_CACHE/kind/capd-rs-lock-test.lock"
+        mkdir -p "$(dirname "$lock")"
+        flock "$lock" sleep 5 > /dev/null 2>&1 &
+        holder=$!
+        for _ in $(seq 100); do flock -n "$lock" true || break; sleep 0.05; done
+        KIND_CLUSTER=capd-rs-lock-test bash hack/upstream-e2e.sh down > /dev/null 2> "$CAPD_RS_CACHE/err"
+        echo "held $?"
+        grep -q 'another hack/upstream-e2e.sh is using the kind cluster capd-rs-lock-test' "$CAPD_RS_CACHE/err" \
+          && echo "message named" || echo "message $(tr '\n' ' ' < "$CAPD_RS_CACHE/err")"
+        kill "$holder"
+    "#;
+    let (got, output) = bash_key_values(script);
+    assert_ne!(got.get("held").map(String::as_str), Some("0"), "{output}");
+    assert!(got.contains_key("held"), "{output}");
+    assert_eq!(
+        got.get("message").map(String::as_str),
+        Some("named"),
+        "{output}"
+    );
+}
