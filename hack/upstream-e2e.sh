@@ -30,7 +30,7 @@
 #                             ClusterClass's patches come from upstream's test runtime extension
 #                             (built by hack/kind-providers.sh build, installed by the suite's
 #                             clusterctl init in every run)
-#   clusterclass-changes, clusterclass-rollout, scale
+#   clusterclass-changes, clusterclass-rollout, scale, in-place-update
 #                             upstream's specs of those names on its in-memory flavors
 #                             (in-memory-topology, in-memory-scale): config.yaml turns on capd-rs's
 #                             --in-memory-backend

@@ -621,3 +621,22 @@ func inMemoryUpgradeConfig() *clusterctl.E2EConfig {
 	cfg.Variables["KUBERNETES_VERSION_UPGRADE_TO"] = "v1.35.0"
 	return cfg
 }
+
+var _ = Describe("When in-place updating a workload cluster using ClusterClass", Label("in-place-update"), func() {
+	e2e.ClusterInPlaceUpdateSpec(ctx, func() e2e.ClusterInPlaceUpdateSpecInput {
+		return e2e.ClusterInPlaceUpdateSpecInput{
+			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+			Flavor:                    ptr.To("in-memory-topology"),
+			ExtensionServiceNamespace: "test-extension-system",
+			ExtensionServiceName:      "test-extension-webhook-service",
+			// As upstream: KCP rolls out by scale-in (no surge), and the MachineDeployment may take
+			// one Machine down at a time, so a change can be applied in place without new Machines.
+			ClusterctlVariables: map[string]string{
+				"KUBEADM_CONTROL_PLANE_MAX_SURGE": "0",
+				"MD_MAX_SURGE":                    "1",
+				"MD_MAX_UNAVAILABLE":              "1",
+			},
+		}
+	})
+})

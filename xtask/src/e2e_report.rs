@@ -27,7 +27,7 @@ pub struct UpstreamSpec {
 
 use Coverage::{Label, NotRunnable};
 
-const IN_MEMORY: &str = "runs on the in-memory backend (served behind --in-memory-backend; three of its specs are wired: clusterclass-changes, clusterclass-rollout, scale); not wired yet";
+const IN_MEMORY: &str = "runs on the in-memory backend (served behind --in-memory-backend; four of its specs are wired: clusterclass-changes, clusterclass-rollout, scale, in-place-update); not wired yet";
 const CONFORMANCE: &str = "needs the Kubernetes conformance image, which cannot be built offline";
 
 /// Every `Describe` of upstream's `test/e2e` v1.14 (39), in file order.
@@ -47,7 +47,7 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "cluster_in_place_update_test.go",
         "in-place update with ClusterClass",
-        NotRunnable(IN_MEMORY),
+        Label("in-place-update"),
     ),
     spec(
         "cluster_upgrade_runtimesdk_test.go",
