@@ -335,6 +335,68 @@ async fn admission_defaults_spec_endpoint_port_and_failure_domains() {
     assert_eq!(machine.data["spec"], json!({}), "stored with an empty spec");
 }
 
+/// A DevCluster's port belongs to its backend: admission defaults none, on the object or its
+/// template (a template's 6443 was put back over an in-memory listener's port by a topology).
+#[tokio::test]
+async fn admission_defaults_no_port_on_a_dev_cluster_or_its_template() {
+    let client = common::client().await;
+    let id = std::process::id();
+    let pp = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &infra("DevCluster"));
+    let templates: Api<DynamicObject> =
+        Api::namespaced_with(client, "default", &infra("DevClusterTemplate"));
+    let in_memory = clusters
+        .create(
+            &pp,
+            &obj(
+                json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                "kind": "DevCluster", "metadata": {"name": format!("mem-{id}")},
+                "spec": {"backend": {"inMemory": {}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        in_memory.data["spec"],
+        json!({"backend": {"inMemory": {}}}),
+        "no endpoint added"
+    );
+    let with_host = clusters
+        .create(
+            &pp,
+            &obj(
+                json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                "kind": "DevCluster", "metadata": {"name": format!("host-{id}")},
+                "spec": {"controlPlaneEndpoint": {"host": "10.0.0.1"}, "backend": {"docker": {}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        with_host.data["spec"]["controlPlaneEndpoint"],
+        json!({"host": "10.0.0.1"})
+    );
+    let template = templates
+        .create(
+            &pp,
+            &obj(
+                json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+                "kind": "DevClusterTemplate", "metadata": {"name": format!("tpl-{id}")},
+                "spec": {"template": {"spec": {"backend": {"inMemory": {}}}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        template.data["spec"]["template"]["spec"],
+        json!({"backend": {"inMemory": {}}})
+    );
+}
+
 /// `status.capacity` holds Kubernetes quantities, integers or strings (the autoscaler reads it).
 #[tokio::test]
 async fn template_capacity_holds_quantities() {

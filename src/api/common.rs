@@ -1,7 +1,7 @@
 //! Types shared by several kinds.
 use std::collections::BTreeMap;
 
-use schemars::JsonSchema;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 /// `{host, port}` of the workload cluster's API server.
@@ -18,6 +18,35 @@ pub struct ApiEndpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 65535), extend("default" = 6443))]
     pub port: Option<i32>,
+}
+
+/// The schema of an endpoint type `E` (v1beta2's `{host, port}` or v1beta1's) that admission
+/// leaves as written: no port is defaulted. A DevCluster's port belongs to its backend.
+/// Upstream's webhook defaults 6443 for the docker backend only, and an in-memory cluster's
+/// port is the one its listener was given. A schema default of 6443 on the DevClusterTemplate
+/// was put back on the DevCluster by a ClusterClass's topology, over the listener's port. The
+/// docker arm writes 6443 itself when it sets the endpoint.
+pub(crate) fn endpoint_without_default<E: JsonSchema>(g: &mut SchemaGenerator) -> Schema {
+    let mut schema = Option::<E>::json_schema(g);
+    if let Some(port) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("port"))
+        .and_then(|p| p.as_object_mut())
+    {
+        port.remove("default");
+        let said = port
+            .get("description")
+            .and_then(|d| d.as_str())
+            .unwrap_or("");
+        let kept = said
+            .split(" Defaults to")
+            .next()
+            .unwrap_or_default()
+            .trim_end();
+        let description = format!("{kept} Not defaulted: the backend sets it.");
+        port.insert("description".into(), description.trim_start().into());
+    }
+    schema
 }
 
 impl ApiEndpoint {

@@ -56,16 +56,17 @@ pub fn in_memory_backend(meta: &KubeMeta) -> Option<&str> {
 /// What the condition of an object with an unserved backend says.
 pub fn unserved_message(kind: &str, backend: &str) -> String {
     format!(
-        "spec.backend.{backend} is not served by this provider (upstream's test backend): \
-         only spec.backend.docker is; create the {kind} with a docker backend instead"
+        "spec.backend.{backend} is not served by this manager: it serves it only when started \
+         with --in-memory-backend (clusterctl variable CAPD_IN_MEMORY_BACKEND=true); otherwise \
+         create the {kind} with a docker backend"
     )
 }
 
-/// Upstream's in-memory backend: kept as written, never acted on.
+/// Upstream's in-memory backend: kept as written; acted on only behind `--in-memory-backend`.
 pub(crate) fn in_memory_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
-        "description": "Upstream's in-memory backend: accepted, not served by this provider.",
+        "description": "Upstream's in-memory backend: served when the manager runs with --in-memory-backend.",
         "x-kubernetes-preserve-unknown-fields": true,
     })
 }
@@ -87,9 +88,12 @@ pub(crate) fn in_memory_schema(_: &mut SchemaGenerator) -> Schema {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DevClusterSpec {
-    /// Endpoint of the workload cluster's API server (the port defaults to 6443).
+    /// Endpoint of the workload cluster's API server. Admission defaults nothing: the docker
+    /// backend writes port 6443 when it sets the endpoint, the in-memory backend its listener's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"port": 6443}))]
+    #[schemars(
+        schema_with = "super::common::endpoint_without_default::<super::common::ApiEndpoint>"
+    )]
     pub control_plane_endpoint: Option<ApiEndpoint>,
     /// Where the cluster runs.
     #[serde(default)]

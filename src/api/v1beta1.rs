@@ -380,7 +380,7 @@ pub struct DockerMachinePoolTemplateResource {
 #[serde(rename_all = "camelCase")]
 pub struct DevClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"port": 6443}))]
+    #[schemars(schema_with = "super::common::endpoint_without_default::<ApiEndpoint>")]
     pub control_plane_endpoint: Option<ApiEndpoint>,
     #[serde(default)]
     pub backend: DevClusterBackend,

@@ -51,9 +51,10 @@ pub const PROVIDER_ID_PREFIX: &str = "in-memory://";
 pub const DEFAULT_MIN_PORT: u16 = 20000;
 pub const DEFAULT_MAX_PORT: u16 = 30000;
 
-/// The port capd-rs's CRD schema defaults `spec.controlPlaneEndpoint.port` to, for every
-/// backend (upstream's webhook defaults it for the docker backend only): without a host it
-/// says nothing, and a port is allocated instead.
+/// The port capd-rs's DevCluster schema defaulted `spec.controlPlaneEndpoint.port` to on every
+/// backend before it stopped defaulting it (upstream's webhook defaults it for the docker
+/// backend only). Objects and templates written then still carry it. Without a host it says
+/// nothing, and a port is allocated instead.
 pub const SCHEMA_DEFAULT_PORT: i32 = 6443;
 
 /// How soon upstream looks again after moving an endpoint to a new host.
