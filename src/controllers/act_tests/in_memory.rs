@@ -340,6 +340,115 @@ async fn a_moved_manager_writes_its_host_once_and_keeps_the_clusters_port() {
     );
 }
 
+#[tokio::test]
+async fn a_moved_manager_moves_the_kubeconfigs_server_before_the_host() {
+    // The kubeconfig CAPI wrote names the old address: its server follows the move (as upstream),
+    // the rest of the file is kept, and a second pass writes nothing more.
+    let port = free_port();
+    let s = Scenario::dev_in_memory((port, port));
+    let mut dc = copied_endpoint(&s, "10.0.0.9", port);
+    dc.status = Some(crate::api::DockerClusterStatus {
+        initialization: Some(crate::api::Initialization {
+            provisioned: Some(true),
+        }),
+        ..Default::default()
+    });
+    let dc = s.put(dc);
+    let old = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.9:{port}\n    certificate-authority-data: Q0E=\ncontexts:\n- name: c-admin@c\n  context: {{cluster: c, user: c-admin}}\ncurrent-context: c-admin@c\nusers:\n- name: c-admin\n  user: {{client-key-data: S0VZ}}\n"
+    );
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("c-kubeconfig".into());
+    secret.data = Some([("value".to_string(), ByteString(old.into_bytes()))].into());
+    s.put(secret);
+
+    s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+        .await
+        .unwrap();
+    let value = s.get::<Secret>("c-kubeconfig").unwrap().data.unwrap()["value"].clone();
+    let moved: Value = serde_yaml_ng::from_slice(&value.0).unwrap();
+    assert_eq!(
+        moved["clusters"][0]["cluster"]["server"],
+        format!("https://127.0.0.1:{port}")
+    );
+    assert_eq!(
+        moved["clusters"][0]["cluster"]["certificate-authority-data"],
+        "Q0E="
+    );
+    assert_eq!(moved["users"][0]["user"]["client-key-data"], "S0VZ");
+    let host = s
+        .get::<dev::DevCluster>("c")
+        .unwrap()
+        .spec
+        .control_plane_endpoint;
+    assert_eq!(host.and_then(|e| e.host).as_deref(), Some("127.0.0.1"));
+
+    let patches = |s: &Scenario| {
+        s.api
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.method == http::Method::PATCH && r.path.ends_with("/secrets/c-kubeconfig")
+            })
+            .count()
+    };
+    assert_eq!(patches(&s), 1);
+    let again = s.get::<dev::DevCluster>("c").unwrap();
+    s.reconcile::<docker_cluster::Clusters>(again.view_serving(true))
+        .await
+        .unwrap();
+    assert_eq!(patches(&s), 1, "settled: the Secret is written once");
+}
+
+#[tokio::test]
+async fn a_kubeconfig_that_cannot_be_read_keeps_the_old_host_and_says_why() {
+    let port = free_port();
+    let s = Scenario::dev_in_memory((port, port));
+    let mut dc = copied_endpoint(&s, "10.0.0.9", port);
+    dc.status = Some(crate::api::DockerClusterStatus {
+        initialization: Some(crate::api::Initialization {
+            provisioned: Some(true),
+        }),
+        ..Default::default()
+    });
+    let dc = s.put(dc);
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("c-kubeconfig".into());
+    secret.data = Some([("value".to_string(), ByteString(b"not: [yaml".to_vec()))].into());
+    s.put(secret);
+
+    s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+        .await
+        .unwrap();
+    let after = s.get::<dev::DevCluster>("c").unwrap();
+    assert_eq!(
+        after
+            .spec
+            .control_plane_endpoint
+            .and_then(|e| e.host)
+            .as_deref(),
+        Some("10.0.0.9"),
+        "the host waits for the kubeconfig"
+    );
+    let stored = s.json::<dev::DevCluster>("c");
+    assert_eq!(
+        condition(&stored, "Ready"),
+        Some(("False".into(), "WorkloadKubeconfigRefused".into()))
+    );
+    let message = stored["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()["message"]
+        .to_string();
+    assert!(message.contains("not a kubeconfig"), "{message}");
+    assert!(
+        !message.contains("[yaml"),
+        "the value is never quoted: {message}"
+    );
+}
+
 /// Cluster `c` whose endpoint CAPI copied (`host`:`port`), and its in-memory DevCluster, which
 /// a topology has since given back the defaulted port 6443 (not stored yet: the caller may add
 /// a status).

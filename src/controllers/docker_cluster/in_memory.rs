@@ -2,7 +2,12 @@
 //! `spec.controlPlaneEndpoint` once, then `provisioned`. The listener itself starts with the
 //! first control-plane machine's API server (it needs the cluster CA KCP makes after this);
 //! deleting the DevCluster drops the listener and every object of the workload cluster.
-use kube::{ResourceExt, runtime::controller::Action};
+use k8s_openapi::{ByteString, api::core::v1::Secret};
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::controller::Action,
+};
 use serde_json::json;
 use tracing::info;
 
@@ -14,7 +19,11 @@ use crate::{
     capi::Cluster,
     controllers::{
         docker_cluster::Clusters,
-        kit::{error::Result, lifecycle::Step},
+        kit::{
+            error::{Error, IN_MEMORY_RETRY, Result},
+            lifecycle::Step,
+            workload::kubeconfig,
+        },
     },
     inmemory::phases::{self, ClusterFacts, ClusterStep, LISTENER_ANNOTATION},
 };
@@ -71,12 +80,12 @@ pub async fn normal(step: &mut Step<'_, Clusters>, cluster: &Cluster) -> Result<
     let request = match step_one {
         ClusterStep::MoveHost {
             endpoint,
+            kubeconfig_server,
             requeue_after,
-            ..
         } => {
-            // The manager came back on another address: the endpoint follows it. Upstream also
-            // rewrites the server of the `<cluster>-kubeconfig` Secret; not done here yet
-            // (docs/in-memory.md).
+            // The manager came back on another address: the endpoint follows it, the
+            // kubeconfig's server first, so a failure leaves the move to the next pass.
+            move_kubeconfig(step, cluster_name, &kubeconfig_server).await?;
             info!(
                 host = cloud.host(),
                 "in-memory endpoint moves to this manager's address"
@@ -115,6 +124,47 @@ pub async fn normal(step: &mut Step<'_, Clusters>, cluster: &Cluster) -> Result<
             }
             Ok(Action::requeue(ctx.settings.resync))
         }
+    }
+}
+
+/// The server of the `<cluster>-kubeconfig` Secret set to `server`, as upstream does when the
+/// manager's address moves. CAPI copies the endpoint to the Cluster once and writes the
+/// kubeconfig once, so neither follows the move by itself. The write is guarded by the Secret's
+/// resourceVersion. A cluster with no kubeconfig yet has nothing to rewrite. Upstream retries
+/// until the Secret exists, but a Cluster without a control-plane provider never gets one.
+async fn move_kubeconfig(step: &Step<'_, Clusters>, cluster: &str, server: &str) -> Result<()> {
+    let ns = step.obj.namespace().unwrap_or_default();
+    let name = format!("{cluster}-kubeconfig");
+    let api = Api::<Secret>::namespaced(step.ctx.client.clone(), &ns);
+    let Some(secret) = api.get_opt(&name).await? else {
+        info!(secret = %name, "no kubeconfig Secret to move to the new address");
+        return Ok(());
+    };
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .map(|v| v.0.as_slice());
+    match kubeconfig::with_server(value, cluster, server) {
+        Ok(None) => Ok(()),
+        Ok(Some(moved)) => {
+            let patch = json!({
+                "metadata": { "resourceVersion": secret.resource_version() },
+                "data": { "value": ByteString(moved) },
+            });
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            info!(secret = %name, %server, "kubeconfig server moved to this manager's address");
+            Ok(())
+        }
+        Err(refused) => Err(Error::blocked(
+            PRIMARY,
+            reasons::WORKLOAD_KUBECONFIG_REFUSED,
+            format!(
+                "Secret {ns}/{name}: {refused}; its server cannot follow the manager's new address"
+            ),
+            IN_MEMORY_RETRY,
+        )),
     }
 }
 

@@ -153,6 +153,40 @@ pub fn config(value: Option<&[u8]>, expected: &Endpoint) -> Result<Config, Refus
     Ok(config)
 }
 
+/// The Secret's `value` with the server of `clusters[cluster]` set to `server`, or `None` when
+/// it already is. An in-memory cluster's endpoint moves with the manager's address; the
+/// kubeconfig CAPI wrote names the old one, and CAPI never rewrites it. Everything else in the
+/// file is kept as written. It is only reserialized, never used, so no field is refused here.
+pub fn with_server(
+    value: Option<&[u8]>,
+    cluster: &str,
+    server: &str,
+) -> Result<Option<Vec<u8>>, Refused> {
+    use serde_yaml_ng::Value;
+    let raw = value.ok_or(Refused::NoValue)?;
+    if raw.len() > MAX_BYTES {
+        return Err(Refused::TooLarge(raw.len()));
+    }
+    let text = std::str::from_utf8(raw).map_err(|_| Refused::NotUtf8)?;
+    let mut doc: Value = serde_yaml_ng::from_str(text).map_err(|_| Refused::NotKubeconfig)?;
+    let missing = || Refused::Missing(format!("clusters[{}].cluster", shorten(cluster)));
+    let entry = doc
+        .get_mut("clusters")
+        .and_then(Value::as_sequence_mut)
+        .ok_or_else(missing)?
+        .iter_mut()
+        .find(|c| c.get("name").and_then(Value::as_str) == Some(cluster))
+        .and_then(|c| c.get_mut("cluster"))
+        .and_then(Value::as_mapping_mut)
+        .ok_or_else(missing)?;
+    if entry.get("server").and_then(Value::as_str) == Some(server) {
+        return Ok(None);
+    }
+    entry.insert("server".into(), server.into());
+    let out = serde_yaml_ng::to_string(&doc).map_err(|_| Refused::NotKubeconfig)?;
+    Ok(Some(out.into_bytes()))
+}
+
 /// With request timeouts: a workload request sits on a reconcile's path.
 pub fn with_timeouts(mut config: Config, timeout: Duration) -> Config {
     config.connect_timeout = Some(timeout);
@@ -437,5 +471,60 @@ users:
         assert!(matches!(parse(&no_user), Err(Refused::Missing(_))));
         let half = kubeconfig("", "    client-certificate-data: Y2VydA==\n");
         assert!(matches!(parse(&half), Err(Refused::Invalid(_))));
+    }
+
+    #[test]
+    fn a_moved_endpoint_rewrites_only_the_named_clusters_server() {
+        let text = kubeconfig("", CERT_USER);
+        let out = with_server(Some(text.as_bytes()), "c1", "https://10.244.0.9:20001")
+            .unwrap()
+            .expect("the server differs: a new value");
+        let moved = Kubeconfig::from_yaml(std::str::from_utf8(&out).unwrap()).unwrap();
+        let before = Kubeconfig::from_yaml(&text).unwrap();
+        let cluster = moved.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://10.244.0.9:20001"));
+        // The CA, the user and the context are the same data as before.
+        let old = before.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(
+            cluster.certificate_authority_data,
+            old.certificate_authority_data
+        );
+        let as_yaml = |k: &str| -> serde_yaml_ng::Value { serde_yaml_ng::from_str(k).unwrap() };
+        let (mut moved_doc, before_doc) =
+            (as_yaml(std::str::from_utf8(&out).unwrap()), as_yaml(&text));
+        moved_doc["clusters"][0]["cluster"]["server"] =
+            before_doc["clusters"][0]["cluster"]["server"].clone();
+        assert_eq!(moved_doc, before_doc, "all but the server is kept");
+        // Written again with the same server: nothing to write.
+        assert_eq!(
+            with_server(Some(&out), "c1", "https://10.244.0.9:20001"),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn a_kubeconfig_without_the_cluster_or_not_yaml_is_refused_without_quoting_it() {
+        let text = kubeconfig("", CERT_USER);
+        assert_eq!(
+            with_server(Some(text.as_bytes()), "other", "https://h:1"),
+            Err(Refused::Missing("clusters[other].cluster".into()))
+        );
+        assert_eq!(
+            with_server(Some(b"token: s3cret: ["), "c1", "https://h:1"),
+            Err(Refused::NotKubeconfig)
+        );
+        assert_eq!(
+            with_server(None, "c1", "https://h:1"),
+            Err(Refused::NoValue)
+        );
+        let big = vec![b'a'; MAX_BYTES + 1];
+        assert_eq!(
+            with_server(Some(&big), "c1", "https://h:1"),
+            Err(Refused::TooLarge(MAX_BYTES + 1))
+        );
+        assert_eq!(
+            with_server(Some(&[0xff, 0xfe]), "c1", "https://h:1"),
+            Err(Refused::NotUtf8)
+        );
     }
 }
