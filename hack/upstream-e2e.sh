@@ -30,7 +30,8 @@
 #                             ClusterClass's patches come from upstream's test runtime extension
 #                             (built by hack/kind-providers.sh build, installed by the suite's
 #                             clusterctl init in every run)
-#   clusterclass-changes, clusterclass-rollout, scale, in-place-update
+#   clusterclass-changes, clusterclass-rollout, scale, in-place-update,
+#   cluster-upgrade-runtimesdk, cluster-upgrade-runtimesdk-cross-ns
 #                             upstream's specs of those names on its in-memory flavors
 #                             (in-memory-topology, in-memory-scale): config.yaml turns on capd-rs's
 #                             --in-memory-backend
@@ -39,7 +40,8 @@
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
 # ARTIFACTS (default $CACHE_DIR/upstream-e2e/<time>, the last 5 kept: logs, resource dumps, the
 # Ginkgo report), E2E_ARGS (more arguments for the suite, e.g. -e2e.skip-resource-cleanup or
-# -ginkgo.focus=REGEXP), KUBERNETES_VERSION (the workload clusters' version instead of
+# -ginkgo.focus=REGEXP; the -ginkgo.* ones only with one process), E2E_PROCS (default 1: the
+# specs in that many parallel Ginkgo processes sharing the management cluster, run by Ginkgo's CLI), KUBERNETES_VERSION (the workload clusters' version instead of
 # config.yaml's, e.g. v1.36.3 for kcp-adoption; the framework reads it from the environment
 # first; its node image is built here, for the versions hack/lib.sh's kubeadm_deps knows).
 # Not part of hack/test.sh: a cold build of the suite plus a spec run does not fit its budget.
@@ -68,6 +70,21 @@ build() {
   # and deleting all others removed one that another run was about to execute.
   find "$SUITE_BIN_DIR" -maxdepth 1 -name 'upstream-e2e-*.test' -printf '%T@ %p\n' | sort -rn | tail -n +4 | cut -d' ' -f2- | xargs -r rm -f
   log "compiled $bin in $((SECONDS - t0))s" >&2
+  echo "$bin"
+}
+
+# ginkgo_cli: Ginkgo's CLI at the version the suite's go.mod requires (Go module proxy), which
+# runs the suite binary in E2E_PROCS parallel processes. Cached by version.
+ginkgo_cli() {
+  local version bin
+  version=$(sed -n 's|^\s*github.com/onsi/ginkgo/v2 \(v[^ ]*\).*|\1|p' "$SUITE_DIR/go.mod")
+  [[ -n $version ]] || die "no github.com/onsi/ginkgo/v2 in $SUITE_DIR/go.mod"
+  bin="$BIN_DIR/ginkgo-$version/ginkgo"
+  if [[ ! -x $bin ]]; then
+    log "building Ginkgo's CLI $version (Go module proxy)" >&2
+    mkdir -p "$(dirname "$bin")"
+    (cd /tmp && GOBIN="$(dirname "$bin")" CGO_ENABLED=0 go install "github.com/onsi/ginkgo/v2/ginkgo@$version") >&2
+  fi
   echo "$bin"
 }
 
@@ -148,6 +165,17 @@ summary() {
     --heading "## Upstream e2e specs against capd-rs ($(date -u +%F), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown))") || true
 }
 
+# node_image_of <variable> <version>: the node image of a workload version other than
+# $K8S_VERSION's, with the etcd and CoreDNS its kubeadm deploys (hack/lib.sh kubeadm_deps).
+node_image_of() {
+  local what=$1 v=${2#v} deps
+  [[ -n $v ]] || die "$what: no version"
+  [[ $v == "$K8S_VERSION" ]] && return
+  deps=$(kubeadm_deps "$v") ||
+    die "$what=v$v: no etcd and CoreDNS versions for it in hack/lib.sh (kubeadm_deps)"
+  K8S_VERSION=$v ETCD_VERSION=${deps% *} COREDNS_VERSION=${deps#* } "$HACK_DIR/node-image.sh"
+}
+
 run() {
   local filter=${1:-quick-start} bin t0=$SECONDS
   [[ $filter == all ]] && filter=''
@@ -175,12 +203,12 @@ run() {
     docker image inspect "registry.k8s.io/kube-proxy:v$UPGRADE_FROM" >/dev/null 2>&1 ||
       die "registry.k8s.io/kube-proxy:v$UPGRADE_FROM is not on this engine after building its node image"
   fi
-  if [[ -n ${KUBERNETES_VERSION:-} && ${KUBERNETES_VERSION#v} != "$K8S_VERSION" ]]; then
-    local deps
-    deps=$(kubeadm_deps "${KUBERNETES_VERSION#v}") ||
-      die "KUBERNETES_VERSION=$KUBERNETES_VERSION: no etcd and CoreDNS versions for it in hack/lib.sh (kubeadm_deps)"
-    K8S_VERSION=${KUBERNETES_VERSION#v} ETCD_VERSION=${deps% *} COREDNS_VERSION=${deps#* } \
-      "$HACK_DIR/node-image.sh"
+  if [[ -n ${KUBERNETES_VERSION:-} ]]; then
+    node_image_of KUBERNETES_VERSION "$KUBERNETES_VERSION"
+  elif [[ -z $filter || $filter == *adoption* ]]; then
+    # The adoption specs' own version (config.yaml KUBERNETES_VERSION_ADOPTION says why).
+    node_image_of KUBERNETES_VERSION_ADOPTION \
+      "$(sed -n 's/^ *KUBERNETES_VERSION_ADOPTION: *//p' "$SUITE_DIR/config.yaml")"
   fi
   "$HACK_DIR/kind-providers.sh" build
   "$HACK_DIR/kind.sh" up
@@ -196,8 +224,20 @@ run() {
     find "$CACHE_DIR/upstream-e2e" -mindepth 1 -maxdepth 1 -type d -name '2*' | sort | head -n -5 | xargs -r rm -rf
   fi
   log "running the upstream e2e specs matching '${filter:-all}'; artifacts: $artifacts"
-  local rc=0 extra=()
+  local rc=0 extra=() procs=${E2E_PROCS:-1} suite_args runner
   read -ra extra <<<"${E2E_ARGS:-}"
+  suite_args=(-e2e.config "$SUITE_DIR/config.yaml" -e2e.kubeconfig "$KIND_DIR/kubeconfig"
+    -e2e.artifacts-folder "$artifacts" "${extra[@]}")
+  if ((procs > 1)); then
+    # Ginkgo's CLI runs the binary in $procs processes (the first one prepares the management
+    # cluster: suite_test.go) and merges their reports into one.
+    runner=("$(ginkgo_cli)" run --procs "$procs" -v --timeout 4h --label-filter "$filter"
+      --json-report "$artifacts/report.json" "$bin" -- "${suite_args[@]}")
+  else
+    runner=("$bin" -test.v -test.timeout 4h -ginkgo.v -ginkgo.label-filter "$filter"
+      -ginkgo.json-report "$artifacts/report.json" "${suite_args[@]}")
+  fi
+  log "running the upstream e2e specs in $procs process(es)"
   (
     cd "$SUITE_DIR"
     CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version CAPD_E2E_IMAGE=$CAPD_IMAGE \
@@ -206,10 +246,7 @@ run() {
     CAPD_E2E_TEST_EXTENSION="$artifacts/test-extension" \
     CAPD_E2E_CERT_MANAGER_URL="$repo/cert-manager/v$CERT_MANAGER_VERSION/cert-manager.yaml" \
     CAPD_E2E_CERT_MANAGER_VERSION="v$CERT_MANAGER_VERSION" \
-      "$bin" -test.v -test.timeout 4h -ginkgo.v -ginkgo.label-filter "$filter" \
-        -ginkgo.json-report "$artifacts/report.json" \
-        -e2e.config "$SUITE_DIR/config.yaml" -e2e.kubeconfig "$KIND_DIR/kubeconfig" \
-        -e2e.artifacts-folder "$artifacts" "${extra[@]}"
+      "${runner[@]}"
   ) 2>&1 | tee "$artifacts/run.log" || rc=$?
   rm -f "$bin"
   log "summary (${filter:-all}; $(( (SECONDS - t0) / 60 )) min in all; artifacts $artifacts):"

@@ -172,6 +172,17 @@ fn the_upstream_e2e_config_names_the_versions_hack_builds() {
         ],
         "config.yaml's versions and hack/lib.sh's"
     );
+    // The adoption specs' own version: hack/upstream-e2e.sh builds its node image, which needs
+    // the etcd and CoreDNS versions its kubeadm deploys.
+    let adoption = var("KUBERNETES_VERSION_ADOPTION");
+    let deps = bash(&format!(
+        "source hack/lib.sh && kubeadm_deps {}",
+        adoption.trim_start_matches('v')
+    ));
+    assert!(
+        deps.status.success() && !deps.stdout.is_empty(),
+        "hack/lib.sh kubeadm_deps knows {adoption}"
+    );
 }
 
 /// The node image is cached by its recipe key (`hack/node-image.sh recipe`): the key must change

@@ -368,7 +368,7 @@ var _ = Describe("When testing MachineDeployment remediation", Label("md-remedia
 var _ = Describe("When testing KCP adoption", Label("kcp-adoption"), func() {
 	e2e.KCPAdoptionSpec(ctx, func() e2e.KCPAdoptionSpecInput {
 		return e2e.KCPAdoptionSpecInput{
-			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			E2EConfig: adoptionConfig(), ClusterctlConfigPath: clusterctlConfigPath,
 			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
 		}
 	})
@@ -525,7 +525,7 @@ var _ = Describe("When following the Cluster API quick-start with v1beta1 Cluste
 var _ = Describe("When testing KCP infra adoption", Label("kcp-infra-adoption"), func() {
 	e2e.KCPInfraAdoptionSpec(ctx, func() e2e.KCPInfraAdoptionSpecInput {
 		return e2e.KCPInfraAdoptionSpecInput{
-			E2EConfig: e2eConfig, ClusterctlConfigPath: clusterctlConfigPath,
+			E2EConfig: adoptionConfig(), ClusterctlConfigPath: clusterctlConfigPath,
 			BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
 			Flavor:                    ptr.To("upgrades-runtimesdk"),
 			ExtensionServiceNamespace: "test-extension-system",
@@ -640,3 +640,57 @@ var _ = Describe("When in-place updating a workload cluster using ClusterClass",
 		}
 	})
 })
+
+// Upstream's two upgrades with RuntimeSDK on its in-memory flavor: every lifecycle hook of the
+// test extension blocks until the spec lets it go (BeforeClusterCreate, BeforeClusterUpgrade,
+// Before/AfterControlPlaneUpgrade, Before/AfterWorkersUpgrade, AfterClusterUpgrade,
+// BeforeClusterDelete), a MachineSet scaled mid-upgrade must be held by the kubeadm version-skew
+// preflight check, kube-proxy's image must follow the control plane in the workload cluster
+// (KCP patches the fake's DaemonSet), and both Nodes must end Ready at the new version. Then
+// nothing may keep changing (upstream's PostUpgrade). The second runs with its ClusterClass in
+// another namespace. The upgrade target is one the extension's upgrade plan knows
+// (inMemoryUpgradeConfig).
+var _ = Describe("When upgrading a workload cluster using ClusterClass with RuntimeSDK", Label("cluster-upgrade-runtimesdk"), func() {
+	e2e.ClusterUpgradeWithRuntimeSDKSpec(ctx, func() e2e.ClusterUpgradeWithRuntimeSDKSpecInput {
+		return runtimeSDKUpgradeInput("", false)
+	})
+})
+
+var _ = Describe("When upgrading a workload cluster using ClusterClass in a different NS with RuntimeSDK", Label("cluster-upgrade-runtimesdk-cross-ns"), func() {
+	e2e.ClusterUpgradeWithRuntimeSDKSpec(ctx, func() e2e.ClusterUpgradeWithRuntimeSDKSpecInput {
+		return runtimeSDKUpgradeInput("k8s-upgrade-with-runtimesdk-cross-ns", true)
+	})
+})
+
+// runtimeSDKUpgradeInput is upstream's input for the two in-memory RuntimeSDK upgrades; an empty
+// extensionConfigName keeps the spec's default.
+func runtimeSDKUpgradeInput(extensionConfigName string, classInSeparateNamespace bool) e2e.ClusterUpgradeWithRuntimeSDKSpecInput {
+	return e2e.ClusterUpgradeWithRuntimeSDKSpecInput{
+		E2EConfig: inMemoryUpgradeConfig(), ClusterctlConfigPath: clusterctlConfigPath,
+		BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
+		PostUpgrade: func(proxy framework.ClusterProxy, namespace, clusterName string) {
+			spec := "k8s-upgrade-with-runtimesdk"
+			framework.ValidateResourceVersionStable(ctx, framework.ValidateResourceVersionStableInput{
+				ClusterProxy:             proxy,
+				Namespace:                namespace,
+				OwnerGraphFilterFunction: clusterctlcluster.FilterClusterObjectsWithNameFilter(clusterName),
+				WaitToBecomeStable:       e2eConfig.GetIntervals(spec, "wait-resource-versions-become-stable"),
+				WaitToRemainStable:       e2eConfig.GetIntervals(spec, "wait-resource-versions-remain-stable"),
+			})
+		},
+		Flavor:                                ptr.To("in-memory-topology"),
+		DeployClusterClassInSeparateNamespace: classInSeparateNamespace,
+		ExtensionServiceNamespace:             "test-extension-system",
+		ExtensionServiceName:                  "test-extension-webhook-service",
+		ExtensionConfigName:                   extensionConfigName,
+	}
+}
+
+// adoptionConfig is the suite's config with the workload clusters at KUBERNETES_VERSION_ADOPTION
+// (config.yaml says why). An environment value of KUBERNETES_VERSION still wins, as for every
+// variable of the framework.
+func adoptionConfig() *clusterctl.E2EConfig {
+	cfg := e2eConfig.DeepCopy()
+	cfg.Variables["KUBERNETES_VERSION"] = e2eConfig.MustGetVariable("KUBERNETES_VERSION_ADOPTION")
+	return cfg
+}

@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -67,48 +68,60 @@ func TestE2E(t *testing.T) {
 	RunSpecs(t, "capd-rs-upstream-e2e")
 }
 
-var _ = BeforeSuite(func() {
+// The management cluster is prepared once, by the first Ginkgo process (the repository and
+// clusterctl init); with `ginkgo --procs N` (hack/upstream-e2e.sh E2E_PROCS) every process then
+// loads the same config and repository and runs its share of the specs against it.
+var _ = SynchronizedBeforeSuite(func() []byte {
 	Expect(kubeconfigPath).To(BeAnExistingFile(), "-e2e.kubeconfig must name the management cluster's kubeconfig")
 
 	By("Loading the e2e config " + configPath)
 	expanded := expandConfig(configPath)
-	e2eConfig = clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: expanded})
-	Expect(e2eConfig).ToNot(BeNil())
+	config := clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: expanded})
+	Expect(config).ToNot(BeNil())
 
 	By("Creating the clusterctl local repository with the framework")
 	repo := filepath.Join(artifactFolder, "repository")
-	repoInput := clusterctl.CreateRepositoryInput{E2EConfig: e2eConfig, RepositoryFolder: repo}
+	repoInput := clusterctl.CreateRepositoryInput{E2EConfig: config, RepositoryFolder: repo}
 	// As upstream's suite does: the CNI manifest named by the CNI variable goes into the flavors'
 	// ClusterResourceSet ConfigMap, in place of ${CNI_RESOURCES}.
-	cni := e2eConfig.MustGetVariable(e2e.CNIPath)
+	cni := config.MustGetVariable(e2e.CNIPath)
 	Expect(cni).To(BeAnExistingFile(), "the CNI variable names the CNI manifest")
 	repoInput.RegisterClusterResourceSetConfigMapTransformation(cni, e2e.CNIResources)
-	clusterctlConfigPath = clusterctl.CreateRepository(ctx, repoInput)
-	addCertManager(clusterctlConfigPath)
+	clusterctlConfig := clusterctl.CreateRepository(ctx, repoInput)
+	addCertManager(clusterctlConfig)
 
-	By("Using the existing management cluster of " + kubeconfigPath)
-	bootstrapClusterProxy = framework.NewClusterProxy("bootstrap", kubeconfigPath, initScheme())
-	Expect(bootstrapClusterProxy).ToNot(BeNil())
-
-	By("Running clusterctl init through the framework")
+	By("Running clusterctl init through the framework on the management cluster of " + kubeconfigPath)
+	proxy := framework.NewClusterProxy("bootstrap", kubeconfigPath, initScheme())
+	Expect(proxy).ToNot(BeNil())
 	clusterctl.InitManagementClusterAndWatchControllerLogs(watchesCtx, clusterctl.InitManagementClusterAndWatchControllerLogsInput{
-		ClusterProxy:            bootstrapClusterProxy,
-		ClusterctlConfigPath:    clusterctlConfigPath,
-		InfrastructureProviders: e2eConfig.InfrastructureProviders(),
+		ClusterProxy:            proxy,
+		ClusterctlConfigPath:    clusterctlConfig,
+		InfrastructureProviders: config.InfrastructureProviders(),
 		// Upstream's test runtime extension (config.yaml's test-extension), as upstream's suite
 		// installs it; the specs that use it create their own ExtensionConfig.
-		RuntimeExtensionProviders: e2eConfig.RuntimeExtensionProviders(),
-		LogFolder:                 filepath.Join(artifactFolder, "clusters", bootstrapClusterProxy.GetName()),
+		RuntimeExtensionProviders: config.RuntimeExtensionProviders(),
+		LogFolder:                 filepath.Join(artifactFolder, "clusters", proxy.GetName()),
 		DisableMetricsCollection:  true,
-	}, e2eConfig.GetIntervals(bootstrapClusterProxy.GetName(), "wait-controllers")...)
+	}, config.GetIntervals(proxy.GetName(), "wait-controllers")...)
+	return []byte(expanded + "\n" + clusterctlConfig)
+}, func(shared []byte) {
+	paths := strings.SplitN(string(shared), "\n", 2)
+	Expect(paths).To(HaveLen(2), "the first process passes the config and the clusterctl config")
+	e2eConfig = clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: paths[0]})
+	Expect(e2eConfig).ToNot(BeNil())
+	clusterctlConfigPath = paths[1]
+	bootstrapClusterProxy = framework.NewClusterProxy("bootstrap", kubeconfigPath, initScheme())
+	Expect(bootstrapClusterProxy).ToNot(BeNil())
 })
 
-var _ = AfterSuite(func() {
-	// The providers' log streams; the kind cluster itself is hack/upstream-e2e.sh's to delete.
-	cancelAll()
+var _ = SynchronizedAfterSuite(func() {
 	if bootstrapClusterProxy != nil {
 		bootstrapClusterProxy.Dispose(ctx)
 	}
+}, func() {
+	// The providers' log streams (the first process's); the kind cluster itself is
+	// hack/upstream-e2e.sh's to delete.
+	cancelAll()
 })
 
 func initScheme() *runtime.Scheme {

@@ -27,7 +27,7 @@ pub struct UpstreamSpec {
 
 use Coverage::{Label, NotRunnable};
 
-const IN_MEMORY: &str = "runs on the in-memory backend (served behind --in-memory-backend; four of its specs are wired: clusterclass-changes, clusterclass-rollout, scale, in-place-update); not wired yet";
+const IN_MEMORY: &str = "starts from an older release's management cluster (clusterctl and upstream's providers of that release, with CAPD's in-memory backend for the workload cluster), which the spec downloads from GitHub; building them from the Go module proxy is not wired yet";
 const CONFORMANCE: &str = "needs the Kubernetes conformance image, which cannot be built offline";
 
 /// Every `Describe` of upstream's `test/e2e` v1.14 (39), in file order.
@@ -52,13 +52,12 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "cluster_upgrade_runtimesdk_test.go",
         "upgrade with RuntimeSDK",
-        // Flavor in-memory-topology (the extension is built: label quick-start-v1beta1-clusterclass).
-        NotRunnable(IN_MEMORY),
+        Label("cluster-upgrade-runtimesdk"),
     ),
     spec(
         "cluster_upgrade_runtimesdk_test.go",
         "upgrade with RuntimeSDK, ClusterClass in another namespace",
-        NotRunnable(IN_MEMORY),
+        Label("cluster-upgrade-runtimesdk-cross-ns"),
     ),
     spec(
         "cluster_upgrade_runtimesdk_test.go",
@@ -131,9 +130,9 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
     spec(
         "kcp_adoption_test.go",
         "KCP adopts hand-made control-plane Machines",
-        // Needs Kubernetes >= v1.36 (KUBERNETES_VERSION=v1.36.3): for 1.31 <= v < 1.36 KCP adds
-        // the ControlPlaneKubeletLocalMode gate to the config it wants, so the Machines it adopts
-        // look outdated and are rolled out (seen at v1.35.4). docs/upstream-e2e.md says how.
+        // Runs at KUBERNETES_VERSION_ADOPTION (v1.36.3): for 1.31 <= v < 1.36 KCP adds the
+        // ControlPlaneKubeletLocalMode gate to the config it wants, so the Machines it adopts
+        // look outdated and are rolled out (seen at v1.35.4). hack/upstream-e2e/config.yaml.
         Label("kcp-adoption"),
     ),
     spec(
