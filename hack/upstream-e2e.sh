@@ -5,6 +5,7 @@
 # script builds it, brings the cluster up, runs it and tears down what it made.
 #   hack/upstream-e2e.sh [run] [LABEL-FILTER]   default filter: quick-start
 #   hack/upstream-e2e.sh build                  only compile the suite (cached by a hash of its inputs)
+#   hack/upstream-e2e.sh plan [LABEL-FILTER]    the specs a run would select and what it would prepare
 #   hack/upstream-e2e.sh down                   delete the kind cluster and its network
 # Labels (Ginkgo label filter syntax, e.g. 'quick-start || md-scale', or 'all'):
 #   quick-start               QuickStartSpec, upstream's default flavor (Dev* kinds, KCP, MachineDeployment, CRS),
@@ -24,8 +25,8 @@
 #   quick-start-dualstack-ipv4-primary, quick-start-dualstack-ipv6-primary   QuickStartSpec, flavors
 #                             topology-dualstack-*, then upstream's kubetest [Feature:IPv6DualStack]
 #                             run, whose conformance image cannot be pulled here: they fail there
-#   A filter naming ipv6 or dualstack, or 'all', makes a new kind cluster dual-stack (KIND_IPV6=1,
-#   hack/kind.sh); KIND_IPV6=0 or 1 set by hand wins.
+#   A filter selecting an ipv6 or dualstack spec (or 'all') makes a new kind cluster dual-stack
+#   (KIND_IPV6=1, hack/kind.sh); KIND_IPV6=0 or 1 set by hand wins.
 #   quick-start-v1beta1-clusterclass  QuickStartSpec, flavor topology-runtimesdk-v1beta1: the
 #                             ClusterClass's patches come from upstream's test runtime extension
 #                             (built by hack/kind-providers.sh build, installed by the suite's
@@ -176,14 +177,47 @@ node_image_of() {
   K8S_VERSION=$v ETCD_VERSION=${deps% *} COREDNS_VERSION=${deps#* } "$HACK_DIR/node-image.sh"
 }
 
-run() {
-  local filter=${1:-quick-start} bin t0=$SECONDS
-  [[ $filter == all ]] && filter=''
+# selected_labels <suite binary> <filter> <dir>: the labels the filter selects, one per line,
+# from a Ginkgo dry run of the suite (nothing runs, nothing is contacted).
+selected_labels() {
+  local bin=$1 filter=$2 dir=$3
+  mkdir -p "$dir"
+  (cd "$SUITE_DIR" && "$bin" -ginkgo.dry-run -ginkgo.label-filter "$filter" \
+    -ginkgo.json-report "$dir/report.json" -e2e.artifacts-folder "$dir") > "$dir/run.log" 2>&1 ||
+    die "the label filter '$filter' does not parse, or the suite's dry run failed ($dir/run.log)"
+  (cd "$REPO_ROOT" && cargo run -q --locked -p xtask -- e2e-selected "$dir/report.json")
+}
+
+# needs <selected labels> <filter>: what a run of those specs needs, as NEED_* (0 or 1), logged.
+needs() {
+  local selected=$1 filter=$2
+  [[ -n $selected ]] || die "the label filter '$filter' selects no spec"
   # The IPv6 and dual-stack specs need a dual-stack kind cluster and network (hack/kind.sh
   # KIND_IPV6); the others keep IPv4-only unless KIND_IPV6=1 is given.
-  if [[ -z ${KIND_IPV6:-} && ( -z $filter || $filter == *ipv6* || $filter == *dualstack* ) ]]; then
-    export KIND_IPV6=1
-  fi
+  NEED_DUAL_STACK=0 NEED_UPGRADE_IMAGE=0 NEED_ADOPTION_IMAGE=0
+  grep -qE 'ipv6|dualstack' <<<"$selected" && NEED_DUAL_STACK=1
+  # The upgrade specs on Docker start from a second node image (config.yaml's
+  # KUBERNETES_VERSION_UPGRADE_FROM; cold, 15-20 minutes), the in-memory RuntimeSDK ones need none.
+  grep -qxE 'cluster-upgrade(-ha(-scale-in)?)?|self-hosted(-ha|-single-node)?|kcp-infra-adoption' \
+    <<<"$selected" && NEED_UPGRADE_IMAGE=1
+  # The adoption specs run at config.yaml's KUBERNETES_VERSION_ADOPTION.
+  grep -qxE 'kcp-(infra-)?adoption' <<<"$selected" && NEED_ADOPTION_IMAGE=1
+  log "'${filter:-all}' selects $(wc -l <<<"$selected") specs: $(tr '\n' ' ' <<<"$selected")"
+  log "needs: dual-stack kind cluster $NEED_DUAL_STACK, upgrade node image $NEED_UPGRADE_IMAGE, adoption node image $NEED_ADOPTION_IMAGE"
+}
+
+# plan [FILTER]: what a run would select and prepare, without preparing or running anything.
+plan() {
+  local filter=${1:-quick-start} dir
+  [[ $filter == all ]] && filter=''
+  dir=$(mktemp -d)
+  needs "$(selected_labels "$(build)" "$filter" "$dir")" "$filter"
+  rm -rf "$dir"
+}
+
+run() {
+  local filter=${1:-quick-start} bin t0=$SECONDS selected
+  [[ $filter == all ]] && filter=''
   local artifacts=${ARTIFACTS:-$CACHE_DIR/upstream-e2e/$(date +%Y%m%d-%H%M%S)}
   mkdir -p "$artifacts"
   bin=$(build)
@@ -191,12 +225,15 @@ run() {
   # worktree's build meanwhile (see build); removed after the run so old artifacts keep no binary.
   ln -f "$bin" "$artifacts/suite.test" 2>/dev/null || cp "$bin" "$artifacts/suite.test"
   bin=$artifacts/suite.test
-  # The upgrade specs start from a second node image (config.yaml's KUBERNETES_VERSION_UPGRADE_FROM):
-  # built only when the filter may select one, as its cold build takes 15-20 minutes.
-  # Its kube-proxy image (loaded on this engine by the build) goes into every node through
-  # DOCKER_PRELOAD_IMAGES (config.yaml says why).
+  # What the run needs is decided from the labels the filter selects, so that negations
+  # ('!kcp-adoption') and regular expressions ('/runtimesdk/') prepare exactly what runs.
+  selected=$(selected_labels "$bin" "$filter" "$artifacts/dry-run")
+  needs "$selected" "$filter"
+  [[ -z ${KIND_IPV6:-} && $NEED_DUAL_STACK == 1 ]] && export KIND_IPV6=1
+  # The upgrade image's kube-proxy (loaded on this engine by its build) goes into every node
+  # through DOCKER_PRELOAD_IMAGES (config.yaml says why).
   local preload='[]'
-  if [[ -z $filter || $filter =~ upgrade|self-hosted|kubeadm-join|infra-adoption ]]; then
+  if [[ $NEED_UPGRADE_IMAGE == 1 ]]; then
     K8S_VERSION=$UPGRADE_FROM ETCD_VERSION=$UPGRADE_ETCD COREDNS_VERSION=$UPGRADE_COREDNS \
       "$HACK_DIR/node-image.sh"
     preload="[\"registry.k8s.io/kube-proxy:v$UPGRADE_FROM\"]"
@@ -205,7 +242,7 @@ run() {
   fi
   if [[ -n ${KUBERNETES_VERSION:-} ]]; then
     node_image_of KUBERNETES_VERSION "$KUBERNETES_VERSION"
-  elif [[ -z $filter || $filter == *adoption* ]]; then
+  elif [[ $NEED_ADOPTION_IMAGE == 1 ]]; then
     # The adoption specs' own version (config.yaml KUBERNETES_VERSION_ADOPTION says why).
     node_image_of KUBERNETES_VERSION_ADOPTION \
       "$(sed -n 's/^ *KUBERNETES_VERSION_ADOPTION: *//p' "$SUITE_DIR/config.yaml")"
@@ -266,6 +303,7 @@ hold_cluster() {
 
 case ${1:-run} in
   build) build >/dev/null ;;
+  plan) shift; plan "$@" ;;
   down) hold_cluster; down ;;
   run) shift || true; hold_cluster; run "$@" ;;
   *) hold_cluster; run "$@" ;;

@@ -314,6 +314,16 @@ pub fn outcomes(report_json: &str) -> Result<BTreeMap<String, Outcome>, serde_js
     Ok(out)
 }
 
+/// The labels a dry run (`-ginkgo.dry-run`) selected: a dry run reports every spec its filter
+/// selects as passed, without running it, and the others as skipped.
+pub fn selected(outcomes: &BTreeMap<String, Outcome>) -> Vec<&str> {
+    outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::Passed { .. }))
+        .map(|(label, _)| label.as_str())
+        .collect()
+}
+
 fn first_line(s: &str) -> String {
     let line = s.trim().lines().next().unwrap_or("").trim();
     let cut: String = line.chars().take(160).collect();
@@ -458,5 +468,17 @@ mod tests {
                 .count(),
             39
         );
+    }
+
+    #[test]
+    fn a_dry_run_selects_the_labels_it_reports_passed() {
+        let report = r#"[{"SpecReports": [
+            {"LeafNodeType": "SynchronizedBeforeSuite", "State": "passed"},
+            {"LeafNodeType": "It", "State": "passed", "ContainerHierarchyLabels": [["self-hosted"]]},
+            {"LeafNodeType": "It", "State": "skipped", "ContainerHierarchyLabels": [["kcp-adoption"]]},
+            {"LeafNodeType": "It", "State": "passed", "ContainerHierarchyLabels": [["scale"]]}
+        ]}]"#;
+        let outcomes = outcomes(report).unwrap();
+        assert_eq!(selected(&outcomes), ["scale", "self-hosted"]);
     }
 }

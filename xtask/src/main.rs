@@ -40,6 +40,12 @@ enum Task {
         #[arg(long, default_value = "## Upstream e2e specs against capd-rs")]
         heading: String,
     },
+    /// The labels a dry run of the upstream e2e suite selected, one per line (from its Ginkgo
+    /// JSON report): what `hack/upstream-e2e.sh` must prepare for a label filter.
+    E2eSelected {
+        /// The dry run's Ginkgo JSON report.
+        json: PathBuf,
+    },
     /// Print the fault matrix as a Markdown table from the rows the fault tests wrote.
     FaultsTable {
         /// Directory of the rows (`tests/faults.rs` writes `$CARGO_TARGET_TMPDIR/faults`).
@@ -283,14 +289,18 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
             markdown,
             heading,
         } => {
-            let text =
-                std::fs::read_to_string(&json).map_err(|e| format!("{}: {e}", json.display()))?;
-            let outcomes = xtask::e2e_report::outcomes(&text)
-                .map_err(|e| format!("{}: {e}", json.display()))?;
+            let outcomes = e2e_outcomes(&json)?;
             let (md, tally) = xtask::e2e_report::markdown(&outcomes, &heading);
             std::fs::write(&markdown, &md)?;
             print!("{md}");
             Ok(tally.failed == 0)
+        }
+        Task::E2eSelected { json } => {
+            let outcomes = e2e_outcomes(&json)?;
+            for label in xtask::e2e_report::selected(&outcomes) {
+                println!("{label}");
+            }
+            Ok(true)
         }
         Task::FaultsTable { dir, act_goal } => {
             let rows =
@@ -322,4 +332,12 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
             Ok(grew.is_empty())
         }
     }
+}
+
+/// The outcome of every label of a Ginkgo JSON report, or an error naming the file.
+fn e2e_outcomes(
+    json: &std::path::Path,
+) -> Result<std::collections::BTreeMap<String, xtask::e2e_report::Outcome>, String> {
+    let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
+    xtask::e2e_report::outcomes(&text).map_err(|e| format!("{}: {e}", json.display()))
 }
