@@ -302,16 +302,7 @@ async fn the_clusters_endpoint_wins_over_a_port_put_back_on_the_dev_cluster() {
 async fn a_moved_manager_writes_its_host_once_and_keeps_the_clusters_port() {
     // Provisioned by a manager on another address: the DevCluster's host follows this one, with
     // the Cluster's port, once (the Cluster keeps the old host: no loop on it).
-    let port = free_port();
-    let s = Scenario::dev_in_memory((port, port));
-    let mut dc = copied_endpoint(&s, "10.0.0.9", port);
-    dc.status = Some(crate::api::DockerClusterStatus {
-        initialization: Some(crate::api::Initialization {
-            provisioned: Some(true),
-        }),
-        ..Default::default()
-    });
-    let dc = s.put(dc);
+    let (s, dc, port) = provisioned_elsewhere("10.0.0.9");
 
     let first = s
         .reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
@@ -344,23 +335,11 @@ async fn a_moved_manager_writes_its_host_once_and_keeps_the_clusters_port() {
 async fn a_moved_manager_moves_the_kubeconfigs_server_before_the_host() {
     // The kubeconfig CAPI wrote names the old address: its server follows the move (as upstream),
     // the rest of the file is kept, and a second pass writes nothing more.
-    let port = free_port();
-    let s = Scenario::dev_in_memory((port, port));
-    let mut dc = copied_endpoint(&s, "10.0.0.9", port);
-    dc.status = Some(crate::api::DockerClusterStatus {
-        initialization: Some(crate::api::Initialization {
-            provisioned: Some(true),
-        }),
-        ..Default::default()
-    });
-    let dc = s.put(dc);
+    let (s, dc, port) = provisioned_elsewhere("10.0.0.9");
     let old = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://10.0.0.9:{port}\n    certificate-authority-data: Q0E=\ncontexts:\n- name: c-admin@c\n  context: {{cluster: c, user: c-admin}}\ncurrent-context: c-admin@c\nusers:\n- name: c-admin\n  user: {{client-key-data: S0VZ}}\n"
     );
-    let mut secret = Secret::default();
-    secret.metadata.name = Some("c-kubeconfig".into());
-    secret.data = Some([("value".to_string(), ByteString(old.into_bytes()))].into());
-    s.put(secret);
+    put_kubeconfig(&s, old.into_bytes());
 
     s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
         .await
@@ -402,20 +381,8 @@ async fn a_moved_manager_moves_the_kubeconfigs_server_before_the_host() {
 
 #[tokio::test]
 async fn a_kubeconfig_that_cannot_be_read_keeps_the_old_host_and_says_why() {
-    let port = free_port();
-    let s = Scenario::dev_in_memory((port, port));
-    let mut dc = copied_endpoint(&s, "10.0.0.9", port);
-    dc.status = Some(crate::api::DockerClusterStatus {
-        initialization: Some(crate::api::Initialization {
-            provisioned: Some(true),
-        }),
-        ..Default::default()
-    });
-    let dc = s.put(dc);
-    let mut secret = Secret::default();
-    secret.metadata.name = Some("c-kubeconfig".into());
-    secret.data = Some([("value".to_string(), ByteString(b"not: [yaml".to_vec()))].into());
-    s.put(secret);
+    let (s, dc, _) = provisioned_elsewhere("10.0.0.9");
+    put_kubeconfig(&s, b"not: [yaml".to_vec());
 
     s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
         .await
@@ -447,6 +414,30 @@ async fn a_kubeconfig_that_cannot_be_read_keeps_the_old_host_and_says_why() {
         !message.contains("[yaml"),
         "the value is never quoted: {message}"
     );
+}
+
+/// An in-memory DevCluster provisioned by a manager on `host` (its endpoint copied to the
+/// Cluster), stored in a scenario whose manager listens on 127.0.0.1: a moved manager.
+fn provisioned_elsewhere(host: &str) -> (Scenario, dev::DevCluster, u16) {
+    let port = free_port();
+    let s = Scenario::dev_in_memory((port, port));
+    let mut dc = copied_endpoint(&s, host, port);
+    dc.status = Some(crate::api::DockerClusterStatus {
+        initialization: Some(crate::api::Initialization {
+            provisioned: Some(true),
+        }),
+        ..Default::default()
+    });
+    let dc = s.put(dc);
+    (s, dc, port)
+}
+
+/// Cluster `c`'s `c-kubeconfig` Secret, holding `value`.
+fn put_kubeconfig(s: &Scenario, value: Vec<u8>) {
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("c-kubeconfig".into());
+    secret.data = Some([("value".to_string(), ByteString(value))].into());
+    s.put(secret);
 }
 
 /// Cluster `c` whose endpoint CAPI copied (`host`:`port`), and its in-memory DevCluster, which
