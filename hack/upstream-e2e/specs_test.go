@@ -505,16 +505,7 @@ var _ = Describe("When following the Cluster API quick-start with v1beta1 Cluste
 			Flavor:                    ptr.To("topology-runtimesdk-v1beta1"),
 			ExtensionServiceNamespace: "test-extension-system",
 			ExtensionServiceName:      "test-extension-webhook-service",
-			PostMachinesProvisioned: func(proxy framework.ClusterProxy, namespace, clusterName string) {
-				By("Checking that resourceVersions are stable")
-				framework.ValidateResourceVersionStable(ctx, framework.ValidateResourceVersionStableInput{
-					ClusterProxy:             proxy,
-					Namespace:                namespace,
-					OwnerGraphFilterFunction: clusterctlcluster.FilterClusterObjectsWithNameFilter(clusterName),
-					WaitToBecomeStable:       e2eConfig.GetIntervals("quick-start", "wait-resource-versions-become-stable"),
-					WaitToRemainStable:       e2eConfig.GetIntervals("quick-start", "wait-resource-versions-remain-stable"),
-				})
-			},
+			PostMachinesProvisioned:   resourceVersionsStable("quick-start"),
 		}
 	})
 })
@@ -668,16 +659,7 @@ func runtimeSDKUpgradeInput(extensionConfigName string, classInSeparateNamespace
 	return e2e.ClusterUpgradeWithRuntimeSDKSpecInput{
 		E2EConfig: inMemoryUpgradeConfig(), ClusterctlConfigPath: clusterctlConfigPath,
 		BootstrapClusterProxy: bootstrapClusterProxy, ArtifactFolder: artifactFolder, SkipCleanup: skipCleanup,
-		PostUpgrade: func(proxy framework.ClusterProxy, namespace, clusterName string) {
-			spec := "k8s-upgrade-with-runtimesdk"
-			framework.ValidateResourceVersionStable(ctx, framework.ValidateResourceVersionStableInput{
-				ClusterProxy:             proxy,
-				Namespace:                namespace,
-				OwnerGraphFilterFunction: clusterctlcluster.FilterClusterObjectsWithNameFilter(clusterName),
-				WaitToBecomeStable:       e2eConfig.GetIntervals(spec, "wait-resource-versions-become-stable"),
-				WaitToRemainStable:       e2eConfig.GetIntervals(spec, "wait-resource-versions-remain-stable"),
-			})
-		},
+		PostUpgrade:                           resourceVersionsStable("k8s-upgrade-with-runtimesdk"),
 		Flavor:                                ptr.To("in-memory-topology"),
 		DeployClusterClassInSeparateNamespace: classInSeparateNamespace,
 		ExtensionServiceNamespace:             "test-extension-system",
@@ -693,4 +675,20 @@ func adoptionConfig() *clusterctl.E2EConfig {
 	cfg := e2eConfig.DeepCopy()
 	cfg.Variables["KUBERNETES_VERSION"] = e2eConfig.MustGetVariable("KUBERNETES_VERSION_ADOPTION")
 	return cfg
+}
+
+// resourceVersionsStable is upstream's check that nothing keeps changing once a spec's cluster
+// has settled: the resourceVersions of the cluster's objects stop moving, within the intervals
+// the config gives `spec`.
+func resourceVersionsStable(spec string) func(framework.ClusterProxy, string, string) {
+	return func(proxy framework.ClusterProxy, namespace, clusterName string) {
+		By("Checking that resourceVersions are stable")
+		framework.ValidateResourceVersionStable(ctx, framework.ValidateResourceVersionStableInput{
+			ClusterProxy:             proxy,
+			Namespace:                namespace,
+			OwnerGraphFilterFunction: clusterctlcluster.FilterClusterObjectsWithNameFilter(clusterName),
+			WaitToBecomeStable:       e2eConfig.GetIntervals(spec, "wait-resource-versions-become-stable"),
+			WaitToRemainStable:       e2eConfig.GetIntervals(spec, "wait-resource-versions-remain-stable"),
+		})
+	}
 }
