@@ -9,7 +9,11 @@ mod common;
 use std::time::Duration;
 
 use common::{capi_e2e::*, workload::*, *};
-use kube::api::{DeleteParams, ListParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, Patch, PatchParams},
+};
 use serde_json::json;
 
 const LONG: Duration = Duration::from_secs(300);
@@ -224,6 +228,77 @@ async fn real_capi_drives_an_in_memory_cluster_of_3_control_planes_and_10_worker
                 .then_some(())
         })
         .await;
+    })
+    .await;
+}
+
+/// A DevCluster provisioned by a manager on another address (a Pod rescheduled with a new IP):
+/// this manager writes its own host into the kubeconfig CAPI wrote, then into the endpoint, on
+/// the real API server with the shipped RBAC (patch on Secrets is what the move needs). The old
+/// address is never dialled: only its text is rewritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_manager_rewrites_the_kubeconfig_server_then_the_endpoint() {
+    let (env, ns) = TestEnv::with_namespaced_manager_args("inmove", &["--in-memory-backend"]).await;
+    env.run(|env| async move {
+        let name = format!("{}-c", env.id);
+        let port = free_port();
+        // Paused while the previous manager's state is laid down, so nothing races it.
+        let cluster = env.create_cluster(&ns, &name, true).await;
+        env.create_dev_cluster(&ns, &cluster, json!({"inMemory": {}}))
+            .await;
+        let dev_clusters: Api<capd::api::dev::DevCluster> = Api::namespaced(env.client.clone(), &ns);
+        let old = json!({"host": "10.0.0.9", "port": port});
+        dev_clusters
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"controlPlaneEndpoint": old}})))
+            .await
+            .unwrap();
+        dev_clusters
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"initialization": {"provisioned": true}}})),
+            )
+            .await
+            .unwrap();
+        let kubeconfig = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: https://10.0.0.9:{port}\n    certificate-authority-data: Q0E=\ncontexts:\n- name: admin@{name}\n  context: {{cluster: {name}, user: admin}}\ncurrent-context: admin@{name}\nusers:\n- name: admin\n  user: {{client-key-data: S0VZ}}\n"
+        );
+        env.create_secret_of_type(&ns, &format!("{name}-kubeconfig"), Some(&kubeconfig), None, "cluster.x-k8s.io/secret")
+            .await;
+        env.set_cluster_paused(&ns, &name, false).await;
+
+        let moved = eventually(LONG, "the DevCluster's host moved to 127.0.0.1", || async {
+            dev_clusters.get(&name).await.ok().filter(|dc| {
+                dc.spec.control_plane_endpoint.as_ref().and_then(|e| e.host.as_deref())
+                    == Some("127.0.0.1")
+            })
+        })
+        .await;
+        assert_eq!(
+            moved.spec.control_plane_endpoint.and_then(|e| e.port),
+            Some(i32::from(port)),
+            "the port is kept"
+        );
+        let secret = Api::<Secret>::namespaced(env.client.clone(), &ns)
+            .get(&format!("{name}-kubeconfig"))
+            .await
+            .unwrap();
+        let value: serde_json::Value =
+            serde_yaml_ng::from_slice(&secret.data.unwrap()["value"].0).unwrap();
+        assert_eq!(
+            value["clusters"][0]["cluster"]["server"],
+            format!("https://127.0.0.1:{port}"),
+            "the kubeconfig follows the move before the endpoint does"
+        );
+        assert_eq!(value["users"][0]["user"]["client-key-data"], "S0VZ");
+        assert!(
+            env.manager_log().contains("kubeconfig server moved"),
+            "the move is logged"
+        );
+        assert!(
+            !env.manager_log().contains("S0VZ"),
+            "the kubeconfig's key never reaches the log"
+        );
     })
     .await;
 }
