@@ -92,7 +92,7 @@ check_node() {
 }
 
 build_haproxy() {
-  docker image inspect "$HAPROXY_IMAGE" >/dev/null 2>&1 && { log "image $HAPROXY_IMAGE present"; return; }
+  image_current "$HAPROXY_IMAGE" && { log "image $HAPROXY_IMAGE present"; return; }
   # As upstream's kindest/haproxy: master-worker mode (reload on SIGHUP/SIGUSR2), soft stop on USR1.
   build_image "$HAPROXY_IMAGE" "$HAPROXY_PACKAGES" customize_haproxy \
     '{"Entrypoint":["haproxy","-W","-db","-f","/usr/local/etc/haproxy/haproxy.cfg"],"StopSignal":"SIGUSR1"}'
@@ -100,7 +100,7 @@ build_haproxy() {
 }
 
 build_node() {
-  docker image inspect "$NODE_IMAGE" >/dev/null 2>&1 && { log "image $NODE_IMAGE present"; return; }
+  image_current "$NODE_IMAGE" && { log "image $NODE_IMAGE present"; return; }
   build_image "$NODE_IMAGE" "$NODE_PACKAGES" customize_node "$NODE_CONFIG"
   check_node
 }

@@ -63,11 +63,18 @@ build_rootfs() {
   log "rootfs $name cached in $ROOTFS_TARBALL ($((SECONDS - t0))s)"
 }
 
+# image_current <tag>: the image is present and carries IMAGE_LABEL. One loaded before that label
+# existed carries the plane's run label instead, so it is loaded again (from its cached rootfs,
+# in seconds).
+image_current() {
+  [[ $(docker image inspect -f "{{index .Config.Labels \"${IMAGE_LABEL%%=*}\"}}" "$1" 2>/dev/null) == "${IMAGE_LABEL#*=}" ]]
+}
+
 # build_image <tag> <packages> <customize-fn> <image config JSON (Entrypoint/Cmd/StopSignal...)>:
 # a one-layer image from build_rootfs, unless the tag is present.
 build_image() {
   local tag=$1 pkgs=$2 customize=$3 config=$4
-  if docker image inspect "$tag" >/dev/null 2>&1; then log "image $tag present"; return 0; fi
+  if image_current "$tag"; then log "image $tag present"; return 0; fi
   build_rootfs "${tag//[\/:]/_}" "$pkgs" "$customize"
   load_archive "$tag" "$config" "$ROOTFS_TARBALL"
   log "loaded $tag"
@@ -75,7 +82,8 @@ build_image() {
 
 # load_archive <tag> <config JSON> <layer tarball>...: `docker load` of a docker-archive with these
 # layers, bottom first (hard-linked, not copied). The image config is the given JSON (Entrypoint,
-# Cmd, StopSignal, Env, ...) plus our plane label; each layer's sha256 is its diff_id.
+# Cmd, StopSignal, Env, ...) plus IMAGE_LABEL (never the plane's label, which containers would
+# inherit); each layer's sha256 is its diff_id.
 load_archive() {
   local tag=$1 config=$2 stage="$IMG_CACHE/archive.tmp" i=0 layer
   shift 2
@@ -84,7 +92,7 @@ load_archive() {
     ln "$layer" "$stage/layer$i.tar" 2>/dev/null || cp "$layer" "$stage/layer$i.tar"
     i=$((i + 1))
   done
-  TAG=$tag LABEL=$PLANE_LABEL CONFIG=$config STAGE=$stage NEWEST=$(ls -t "$@" | head -1) python3 - <<'PY' ||
+  TAG=$tag LABEL=$IMAGE_LABEL CONFIG=$config STAGE=$stage NEWEST=$(ls -t "$@" | head -1) python3 - <<'PY' ||
 import datetime, hashlib, json, os
 stage = os.environ["STAGE"]
 layers = sorted((f for f in os.listdir(stage) if f.startswith("layer")), key=lambda f: int(f[5:-4]))

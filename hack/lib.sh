@@ -74,6 +74,10 @@ CAPD_WEBHOOK_PORT=${CAPD_WEBHOOK_PORT:-9446}
 
 # Every Docker object the scripts create carries this label so cleanup is by label only.
 PLANE_LABEL="capd-rs.test/run=plane"
+# Every image the scripts build carries this one instead. Docker copies an image's labels onto
+# each container made from it, so with the plane's label in the image every kind node and
+# workload node of an e2e run, a kind cluster or a demo would be the plane's to remove.
+IMAGE_LABEL="capd-rs.image/built-by=capd-rs-hack"
 
 export GOTOOLCHAIN=local
 export GOFLAGS=${GOFLAGS:--mod=mod}

@@ -316,7 +316,8 @@ down() {
   stop_proc "$ETCD_PID" etcd 20
   rm -rf "$ETCD_DATA" "$CRD_STAMP" "$PLANE_DIR/apiserver" "$PLANE_DIR/kcm"
   # Every Docker object a test or these scripts made carries the label key (any value: tests
-  # use their own run ids). PLANE_DOWN_LABEL narrows it, e.g. to "$PLANE_LABEL" only.
+  # use their own run ids); containers made from our images do not inherit it (IMAGE_LABEL), so
+  # a kind cluster's or an e2e run's nodes stay. PLANE_DOWN_LABEL narrows it, e.g. to "$PLANE_LABEL".
   local sel=${PLANE_DOWN_LABEL:-$PLANE_LABEL_KEY}
   if docker info >/dev/null 2>&1; then
     local ids

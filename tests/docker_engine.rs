@@ -1062,3 +1062,47 @@ async fn image_import_streams_the_tarball_into_the_container() {
     })
     .await;
 }
+
+/// The images hack/ builds (hack/images.sh, hack/node-image.sh) carry a label of their own, never
+/// the run label: the engine copies an image's labels onto its containers, and `hack/plane.sh
+/// down` removes every container with the run label's key, so a kind node or a workload node made
+/// from our node image would be removed with the plane (an e2e run's, a demo's).
+#[tokio::test]
+async fn the_images_hack_builds_lend_their_containers_no_run_label() {
+    let docker = raw_docker()
+        .negotiate_version()
+        .await
+        .expect("negotiate the API version");
+    // hack/lib.sh's K8S_VERSION, as the suite's node image was built with it.
+    let k8s = std::env::var("K8S_VERSION").unwrap_or_else(|_| {
+        let lib = include_str!("../hack/lib.sh");
+        let line = lib
+            .lines()
+            .find_map(|l| l.strip_prefix("K8S_VERSION=${K8S_VERSION:-"))
+            .expect("hack/lib.sh sets K8S_VERSION");
+        line.trim_end_matches('}').to_string()
+    });
+    let node_image = format!("kindest/node:v{k8s}");
+    for image in [
+        "kindest/haproxy:v20230606-42a2262b",
+        "capd-rs/node:light",
+        node_image.as_str(),
+    ] {
+        let labels = docker
+            .inspect_image(image)
+            .await
+            .unwrap_or_else(|e| panic!("{image} (built by hack/test.sh before this test): {e}"))
+            .config
+            .and_then(|c| c.labels)
+            .unwrap_or_default();
+        assert!(
+            !labels.contains_key(RUN_LABEL),
+            "{image} lends {RUN_LABEL} to every container: {labels:?}"
+        );
+        assert_eq!(
+            labels.get("capd-rs.image/built-by").map(String::as_str),
+            Some("capd-rs-hack"),
+            "{image}: {labels:?}"
+        );
+    }
+}
