@@ -7,6 +7,10 @@
 #   hack/bench.sh 10 50        only these N
 #   hack/bench.sh 10 nodes     N = 10, then real nodes: 1 control plane + 2 workers to all Nodes
 #                              Ready, from the default template (both providers; no floor)
+#   hack/bench.sh in-memory:100 in-memory:pairs:100
+#                              in-memory machines (both providers; no floor), last: one cluster
+#                              of 1 control plane + 99 workers, then 50 clusters of 1 + 1, each
+#                              to all Machines Running (real CAPI core, CABPK and KCP)
 # Settings (environment):
 #   BENCH_SUBJECTS   any of floor,capd-rs,upstream (default: all three)
 #   BENCH_ROUNDS     rounds per N (default 1); each rotates the subjects' order, and the report
@@ -23,14 +27,16 @@ source "$(dirname "$0")/lib.sh"
 
 ARGS=("$@")
 ((${#ARGS[@]})) || ARGS=(1 10 50 100 nodes)
-NS_LIST=() NODES=()
+NS_LIST=() NODES=() IN_MEMORY=()
 for n in "${ARGS[@]}"; do
-  if [[ $n == nodes ]]; then
+  if [[ $n == in-memory:* ]]; then
+    IN_MEMORY+=("${n#in-memory:}")  # xtask checks the shape and N
+  elif [[ $n == nodes ]]; then
     NODES=(--real-nodes --nodes-clusterctl "$CAPI_BIN_DIR/clusterctl"
       --nodes-template "$REPO_ROOT/templates/cluster-template.yaml"
       --nodes-kubernetes-version "v$K8S_VERSION" --nodes-image "kindest/node:v$K8S_VERSION")
   else
-    [[ $n =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer or 'nodes', got '$n'"
+    [[ $n =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, 'nodes' or 'in-memory:[pairs:]N', got '$n'"
     NS_LIST+=("$n")
   fi
 done
@@ -81,6 +87,8 @@ mkdir -p "$OUT_DIR" "$TARGET_DIR"
 LIGHT=() DROP=()
 [[ ${BENCH_DROP_CACHES:-1} == 1 ]] && DROP=(--drop-caches)
 ((${#NS_LIST[@]})) && LIGHT=(--n "$(IFS=,; echo "${NS_LIST[*]}")")
+MEMORY=()
+((${#IN_MEMORY[@]})) && MEMORY=(--in-memory "$(IFS=,; echo "${IN_MEMORY[*]}")" --in-memory-version "v$K8S_VERSION")
 "$TARGET_DIR/release/xtask" bench \
   --kubeconfig "$KUBECONFIG_PATH" \
   "${LIGHT[@]}" \
@@ -101,6 +109,7 @@ LIGHT=() DROP=()
   --manager-image "upstream=$UPSTREAM_IMAGE" \
   --command "${BENCH_ROUNDS:+BENCH_ROUNDS=$BENCH_ROUNDS }${BENCH_IDLE:+BENCH_IDLE=$BENCH_IDLE }hack/bench.sh ${ARGS[*]}" \
   "${NODES[@]}" \
+  "${MEMORY[@]}" \
   --after-crd-swap "$HACK_DIR/capi.sh restart" \
   --json "$OUT_DIR/bench.json" \
   --png "$OUT_DIR/bench.png" \

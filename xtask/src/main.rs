@@ -102,6 +102,13 @@ struct BenchArgs {
     /// The kind-style node image of that version.
     #[arg(long, requires = "real_nodes")]
     nodes_image: Option<String>,
+    /// In-memory loads, after the others: `N` (one cluster of 1 control plane + N-1 workers)
+    /// or `pairs:N` (N/2 clusters of 1 + 1); both providers, no floor.
+    #[arg(long, value_delimiter = ',')]
+    in_memory: Vec<String>,
+    /// The Kubernetes version of the in-memory machines, e.g. v1.35.4.
+    #[arg(long, default_value = "v1.35.4")]
+    in_memory_version: String,
     /// Shell command run after each swap of the Docker* CRDs (CAPI's caches).
     #[arg(long)]
     after_crd_swap: Option<String>,
@@ -242,6 +249,12 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
             } else {
                 None
             };
+            let in_memory = a
+                .in_memory
+                .iter()
+                .map(|l| xtask::bench::in_memory::Shape::parse(l))
+                .collect::<anyhow::Result<Vec<_>>>()
+                .map_err(|e| format!("--in-memory: {e}"))?;
             let cfg = xtask::bench::Config {
                 kubeconfig: a.kubeconfig,
                 ns: a.n,
@@ -262,6 +275,8 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 images,
                 command: a.command,
                 nodes,
+                in_memory,
+                in_memory_version: a.in_memory_version,
                 after_crd_swap: a.after_crd_swap,
             };
             let report = tokio::runtime::Runtime::new()?

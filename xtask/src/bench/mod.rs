@@ -13,6 +13,7 @@
 pub mod crds;
 pub mod docker_count;
 pub mod floor;
+pub mod in_memory;
 pub mod nodes;
 pub mod objects;
 pub mod process;
@@ -40,6 +41,8 @@ use docker_count::DockerCounter;
 use objects::Workload;
 use process::{Manager, Usage};
 use report::{CAPD_RS, FLOOR, NODES, Run, UPSTREAM};
+
+use in_memory::Shape;
 
 /// Every container and network the bench (or capd-rs for it) creates carries this label, with
 /// the run's id as the value.
@@ -79,6 +82,10 @@ pub struct Config {
     /// The real-node workload, after the light ones (both providers; the floor has no
     /// counterpart: it would be a hand-written kubeadm).
     pub nodes: Option<nodes::NodesConfig>,
+    /// The in-memory loads (both providers; no floor), after the others, with the Kubernetes
+    /// version their machines report.
+    pub in_memory: Vec<(Shape, usize)>,
+    pub in_memory_version: String,
     /// A shell command run after each swap of the Docker* CRDs, e.g. restarting the CAPI
     /// managers: KCP's cache kept answering "DockerMachineTemplate not found" for 56 s after a
     /// swap, and held capd-rs's real-node phase back by as much.
@@ -90,6 +97,7 @@ pub struct Config {
 enum Load {
     Light(usize),
     Nodes,
+    InMemory(Shape, usize),
 }
 
 /// Which CRDs the plane has now.
@@ -172,6 +180,12 @@ impl Bench {
         if self.cfg.nodes.is_some() {
             loads.push(Load::Nodes);
         }
+        loads.extend(
+            self.cfg
+                .in_memory
+                .iter()
+                .map(|(s, n)| Load::InMemory(*s, *n)),
+        );
         let subjects: Vec<&str> = [FLOOR, CAPD_RS, UPSTREAM]
             .into_iter()
             .filter(|s| self.cfg.subjects.iter().any(|c| c == s))
@@ -181,9 +195,9 @@ impl Bench {
             let subjects: Vec<&str> = subjects
                 .iter()
                 .copied()
-                .filter(|s| !(*s == FLOOR && matches!(load, Load::Nodes)))
+                .filter(|s| *s != FLOOR || matches!(load, Load::Light(_)))
                 .collect();
-            let rounds = if matches!(load, Load::Nodes) {
+            let rounds = if !matches!(load, Load::Light(_)) {
                 1
             } else {
                 self.cfg.rounds.max(1)
@@ -230,6 +244,8 @@ impl Bench {
             match load {
                 Load::Light(n) => format!("n{n}"),
                 Load::Nodes => NODES.to_string(),
+                Load::InMemory(Shape::One, n) => format!("m{n}"),
+                Load::InMemory(Shape::Pairs, n) => format!("p{n}"),
             },
             round + 1,
             std::process::id() % 10_000
@@ -237,7 +253,9 @@ impl Bench {
         say(&format!("=== {subject} {load:?}: run {id}"));
         match (subject, load) {
             (FLOOR, Load::Light(n)) => self.floor(&id, n).await,
-            (FLOOR, Load::Nodes) => bail!("the floor has no real-node workload"),
+            (FLOOR, Load::Nodes | Load::InMemory(..)) => {
+                bail!("the floor has only the light workload")
+            }
             _ => {
                 self.install(if subject == UPSTREAM {
                     Installed::Upstream
@@ -245,7 +263,8 @@ impl Bench {
                     Installed::Own
                 })
                 .await?;
-                let manager = self.start_manager(subject, &id).await?;
+                let in_memory = matches!(load, Load::InMemory(..));
+                let manager = self.start_manager(subject, &id, in_memory).await?;
                 if let Err(e) = self.ensure_network(subject, &id).await {
                     manager.stop().await;
                     return Err(e);
@@ -259,6 +278,9 @@ impl Bench {
                                 .await
                         }
                         Load::Nodes => self.nodes(subject, &workload, &manager).await,
+                        Load::InMemory(shape, n) => {
+                            self.in_memory(subject, shape, n, &workload, &manager).await
+                        }
                     }
                 };
                 let result = tokio::select! {
@@ -390,6 +412,53 @@ impl Bench {
         })
     }
 
+    /// The in-memory phase on a running manager: apply, all Machines Running, idle, delete the
+    /// Clusters.
+    async fn in_memory(
+        &self,
+        subject: &str,
+        shape: Shape,
+        n: usize,
+        w: &Workload,
+        manager: &Manager,
+    ) -> Result<Run> {
+        let docs = in_memory::manifest(&w.cluster, shape, n, &self.cfg.in_memory_version);
+        let manifest = nodes::Manifest::resolve(&self.client, &docs).await?;
+        let timeout = Duration::from_secs(300 + n as u64 / 2);
+        quiet(self.cfg.drop_caches).await;
+        let before = self.reading(manager).await?;
+        let cpu_before = process::host_cpu();
+        let (times, applied) = tokio::join!(
+            in_memory::wait_running(w, n, timeout),
+            manifest.apply(&self.client, &w.ns)
+        );
+        applied?;
+        let times = times.with_context(|| format!("waiting for {n} in-memory Machines Running"))?;
+        let after = self.reading(manager).await?;
+        let host_cpu_s = cpu_delta(&cpu_before, &process::host_cpu());
+        tokio::time::sleep(self.cfg.idle).await;
+        let idle = self.reading(manager).await?;
+        let delete_s = in_memory::delete_clusters(w, timeout)
+            .await
+            .context("deleting the Clusters")?
+            .as_secs_f64();
+        let end = manager.usage();
+        Ok(Run {
+            workload: shape.workload().into(),
+            delete_s,
+            peak_rss_mib: Some(end.peak_rss_mib),
+            provision_cpu_s: Some(after.usage.cpu_s - before.usage.cpu_s),
+            total_cpu_s: Some(end.cpu_s),
+            idle_cpu_pct: Some(
+                100.0 * (idle.usage.cpu_s - after.usage.cpu_s) / self.cfg.idle.as_secs_f64(),
+            ),
+            api_requests: Some(after.api_total - before.api_total),
+            idle_api_requests: Some(idle.api_total - after.api_total),
+            host_cpu_s,
+            ..Run::timed(subject, n, &times)
+        })
+    }
+
     async fn floor(&self, id: &str, n: usize) -> Result<Run> {
         let network = id.to_string();
         self.create_network(&network, id).await?;
@@ -460,11 +529,16 @@ impl Bench {
         Ok(())
     }
 
-    async fn start_manager(&self, subject: &str, id: &str) -> Result<Manager> {
+    /// `in_memory`: capd-rs serves the in-memory backend (upstream always does); both listen
+    /// for the workload clusters on 127.0.0.1.
+    async fn start_manager(&self, subject: &str, id: &str, in_memory: bool) -> Result<Manager> {
         let port = process::free_port()?;
         let kubeconfig = format!("--kubeconfig={}", self.cfg.kubeconfig.display());
         let log = self.cfg.work_dir.join(format!("{id}.log"));
-        let env = [("DOCKER_HOST", self.counter.docker_host())];
+        let env = [
+            ("DOCKER_HOST", self.counter.docker_host()),
+            ("POD_IP", "127.0.0.1".to_string()),
+        ];
         if subject == UPSTREAM {
             let (metrics, webhook) = (process::free_port()?, process::free_port()?);
             let args = vec![
@@ -490,7 +564,7 @@ impl Bench {
         } else {
             // As upstream above: /metrics plain on its own port (the bench reads it, no auth).
             let metrics = process::free_port()?;
-            let args = vec![
+            let mut args = vec![
                 kubeconfig,
                 format!("--watch-filter={id}"),
                 format!("--container-label={LABEL_KEY}={id}"),
@@ -500,6 +574,9 @@ impl Bench {
                 "--insecure-diagnostics".into(),
                 format!("--lb-image={}", self.cfg.lb_image),
             ];
+            if in_memory {
+                args.push("--in-memory-backend".into());
+            }
             Manager::start(
                 &self.cfg.capd_rs_manager,
                 &args,

@@ -81,6 +81,12 @@ impl Workload {
     pub fn docker_machines(&self) -> Api<DynamicObject> {
         self.api(INFRA, "DockerMachine", "dockermachines")
     }
+    pub fn dev_clusters(&self) -> Api<DynamicObject> {
+        self.api(INFRA, "DevCluster", "devclusters")
+    }
+    pub fn dev_machines(&self) -> Api<DynamicObject> {
+        self.api(INFRA, "DevMachine", "devmachines")
+    }
 
     fn labels(&self, control_plane: bool) -> Value {
         let mut l = json!({
@@ -243,7 +249,7 @@ impl Workload {
         // The provider's objects get a minute (the manager removes its containers and then
         // its finalizers); CAPI's own only a few seconds: with no workload cluster, the core
         // controllers can hold a Machine's deletion much longer, and that is not measured here.
-        // The real-node workload adds CAPI's own owners of Machines: they go first, or they
+        // The real-node and in-memory workloads add CAPI's own owners of Machines: they go first, or they
         // would make new Machines while the old ones go (and their finalizers would hold the
         // namespace after a failed run). The light workload has none of them.
         let apis = [
@@ -262,6 +268,8 @@ impl Workload {
             (self.api(CAPI, "MachineSet", "machinesets"), 10),
             (self.docker_machines(), 60),
             (self.docker_clusters(), 60),
+            (self.dev_machines(), 60),
+            (self.dev_clusters(), 60),
             (self.machines(), 10),
             (self.clusters(), 10),
         ];

@@ -13,6 +13,10 @@ pub const FLOOR: &str = "floor";
 pub const LIGHT: &str = "light";
 /// One control plane and two workers of real Kubernetes nodes, to all Nodes Ready.
 pub const NODES: &str = "nodes";
+/// N in-memory machines in one cluster (1 control plane + N-1 workers), to all Machines Running.
+pub const IN_MEMORY: &str = "in-memory";
+/// N in-memory machines as N/2 clusters of 1 + 1.
+pub const IN_MEMORY_PAIRS: &str = "in-memory-pairs";
 
 fn light() -> String {
     LIGHT.into()
@@ -23,8 +27,10 @@ fn light() -> String {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Run {
     pub subject: String,
-    /// [`LIGHT`] or [`NODES`] (for real nodes, "bootstrapped" below reads "Node Ready", and
-    /// the DockerMachines are deleted through their Cluster).
+    /// [`LIGHT`], [`NODES`] (for real nodes, "bootstrapped" below reads "Node Ready", and
+    /// the DockerMachines are deleted through their Cluster), [`IN_MEMORY`] or
+    /// [`IN_MEMORY_PAIRS`] ("bootstrapped" reads "Machine Running"; DevMachines, deleted through
+    /// their Clusters).
     #[serde(default = "light")]
     pub workload: String,
     pub n: usize,
@@ -110,6 +116,10 @@ pub struct Report {
     pub runs: Vec<Run>,
 }
 
+fn is_in_memory(r: &Run) -> bool {
+    r.workload == IN_MEMORY || r.workload == IN_MEMORY_PAIRS
+}
+
 /// Nearest-rank percentile of unsorted values.
 pub fn percentile(values: &[f64], p: f64) -> f64 {
     if values.is_empty() {
@@ -168,7 +178,14 @@ impl Report {
     }
 
     fn light(&self) -> impl Iterator<Item = &Run> {
-        self.runs.iter().filter(|r| r.workload != NODES)
+        self.runs
+            .iter()
+            .filter(|r| r.workload != NODES && !is_in_memory(r))
+    }
+
+    /// The Docker-backed runs (light and real nodes), which the manager-wide goals compare.
+    fn docker_backed(&self) -> impl Iterator<Item = &Run> {
+        self.runs.iter().filter(|r| !is_in_memory(r))
     }
 
     /// The real-node run of `subject`.
@@ -220,8 +237,7 @@ impl Report {
             }
         }
         let peak = |s: &str, f: fn(&Run) -> Option<f64>| {
-            self.runs
-                .iter()
+            self.docker_backed()
                 .filter(|r| r.subject == s)
                 .filter_map(f)
                 .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
@@ -238,8 +254,7 @@ impl Report {
             ));
         }
         let cpu = |s: &str| -> Option<f64> {
-            self.runs
-                .iter()
+            self.docker_backed()
                 .filter(|r| r.subject == s)
                 .map(|r| r.total_cpu_s)
                 .sum()
@@ -277,7 +292,117 @@ impl Report {
                 1.1,
             ));
         }
+        out.extend(self.in_memory_ratios());
         out
+    }
+
+    /// The in-memory runs of `workload` (one per subject and N: the in-memory loads run one
+    /// round), by N.
+    fn in_memory_runs(&self, workload: &str, subject: &str) -> Vec<&Run> {
+        let mut v: Vec<&Run> = self
+            .runs
+            .iter()
+            .filter(|r| r.workload == workload && r.subject == subject)
+            .collect();
+        v.sort_by_key(|r| r.n);
+        v
+    }
+
+    /// The in-memory backend's goals, per shape and N: manager CPU and peak RSS per machine at
+    /// most 1/3 of upstream's, at least twice its machines per second (time at most half), and
+    /// API requests per machine flat from the smallest N to the largest.
+    fn in_memory_ratios(&self) -> Vec<Ratio> {
+        let mut out = Vec::new();
+        let ratio = |what: String, a: f64, b: f64, bound: f64| Ratio {
+            value: if b > 0.0 { a / b } else { f64::INFINITY },
+            what,
+            bound,
+            reachable: None,
+        };
+        for workload in [IN_MEMORY, IN_MEMORY_PAIRS] {
+            let ours = self.in_memory_runs(workload, CAPD_RS);
+            for r in &ours {
+                let n = r.n;
+                let Some(up) = self
+                    .in_memory_runs(workload, UPSTREAM)
+                    .into_iter()
+                    .find(|u| u.n == n)
+                else {
+                    continue;
+                };
+                out.push(ratio(
+                    format!("{workload} N={n}: time to all Running vs upstream"),
+                    r.provision_s,
+                    up.provision_s,
+                    0.5,
+                ));
+                if let (Some(a), Some(b)) = (r.provision_cpu_s, up.provision_cpu_s) {
+                    out.push(ratio(
+                        format!("{workload} N={n}: manager CPU per machine vs upstream"),
+                        a,
+                        b,
+                        1.0 / 3.0,
+                    ));
+                }
+                if let (Some(a), Some(b)) = (r.peak_rss_mib, up.peak_rss_mib) {
+                    out.push(ratio(
+                        format!("{workload} N={n}: peak RSS per machine vs upstream"),
+                        a,
+                        b,
+                        1.0 / 3.0,
+                    ));
+                }
+            }
+            if let (Some(lo), Some(hi)) = (ours.first(), ours.last())
+                && hi.n > lo.n
+                && let (Some(a), Some(b)) = (hi.api_requests, lo.api_requests)
+            {
+                out.push(ratio(
+                    format!(
+                        "{workload}: API requests per machine, N={} vs N={}",
+                        hi.n, lo.n
+                    ),
+                    hi.per_machine(a),
+                    lo.per_machine(b),
+                    1.1,
+                ));
+            }
+        }
+        out
+    }
+
+    /// The in-memory table: one row per shape, N and subject.
+    fn in_memory_markdown(&self) -> String {
+        let opt =
+            |v: Option<f64>, prec: usize| v.map_or("–".to_string(), |v| format!("{v:.prec$}"));
+        let mut rows = String::new();
+        for workload in [IN_MEMORY, IN_MEMORY_PAIRS] {
+            for subject in [CAPD_RS, UPSTREAM] {
+                for r in self.in_memory_runs(workload, subject) {
+                    let cpu = |name: &str| r.host_cpu_s.get(name).copied().unwrap_or(0.0);
+                    rows.push_str(&format!(
+                        "| {workload} | {} | {subject} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {:.1} / {:.1} |\n",
+                        r.n,
+                        r.provision_s,
+                        r.n as f64 / r.provision_s.max(f64::MIN_POSITIVE),
+                        r.delete_s,
+                        opt(r.provision_cpu_s.map(|c| 1000.0 * c / r.n as f64), 1),
+                        opt(r.peak_rss_mib.map(|m| 1024.0 * m / r.n as f64), 1),
+                        opt(r.api_requests.map(|a| r.per_machine(a)), 1),
+                        cpu("kube-apiserver"),
+                        cpu("etcd"),
+                    ));
+                }
+            }
+        }
+        if rows.is_empty() {
+            return rows;
+        }
+        format!(
+            "\nIn-memory machines (no container), driven by the real CAPI core, CABPK and KCP, to all Machines Running:\n\n\
+             | shape | N | subject | all Running s | machines / s | Clusters deleted s | manager CPU ms / machine | peak RSS KiB / machine | API requests / machine | kube-apiserver / etcd CPU s |\n\
+             |---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n{rows}"
+        )
     }
 
     /// The table of `docs/performance.md`: one row per N and subject.
@@ -341,6 +466,7 @@ impl Report {
             }
         }
         s.push_str(&self.rounds_markdown());
+        s.push_str(&self.in_memory_markdown());
         let nodes: Vec<&Run> = [CAPD_RS, UPSTREAM]
             .iter()
             .filter_map(|s| self.nodes_run(s))
@@ -626,6 +752,53 @@ mod tests {
         assert!(md.contains("capd-rs 0.80× upstream's time"), "{md}");
         assert!(
             !md.contains("| 3 | capd-rs"),
+            "not in the light table: {md}"
+        );
+    }
+
+    #[test]
+    fn in_memory_runs_have_goals_and_a_table_of_their_own() {
+        let mem = |subject: &str, n: usize, secs: f64, cpu: f64, rss: f64, api: u64| Run {
+            workload: IN_MEMORY.into(),
+            provision_cpu_s: Some(cpu),
+            ..run(subject, n, secs, Some(rss), Some(api))
+        };
+        let report = Report {
+            runs: vec![
+                run(CAPD_RS, 10, 5.0, Some(20.0), Some(100)),
+                run(UPSTREAM, 10, 10.0, Some(60.0), Some(300)),
+                mem(CAPD_RS, 100, 10.0, 2.0, 30.0, 1_000),
+                mem(UPSTREAM, 100, 30.0, 9.0, 120.0, 5_000),
+                mem(CAPD_RS, 1000, 50.0, 20.0, 90.0, 12_000),
+                mem(UPSTREAM, 1000, 80.0, 50.0, 200.0, 60_000),
+            ],
+            ..Default::default()
+        };
+        let ratios = report.ratios();
+        let find = |what: &str| {
+            ratios
+                .iter()
+                .find(|r| r.what == what)
+                .unwrap_or_else(|| panic!("no ratio {what}: {ratios:?}"))
+        };
+        // Light goals read light runs only: an in-memory manager's RSS is not the light one's.
+        assert!((find("peak RSS vs upstream (largest N)").value - 20.0 / 60.0).abs() < 1e-9);
+        let time = find("in-memory N=1000: time to all Running vs upstream");
+        assert!((time.value - 50.0 / 80.0).abs() < 1e-9);
+        assert!(!time.holds(), "not twice upstream's machines per second");
+        assert!(find("in-memory N=100: manager CPU per machine vs upstream").holds());
+        assert!(find("in-memory N=100: peak RSS per machine vs upstream").holds());
+        let flat = find("in-memory: API requests per machine, N=1000 vs N=100");
+        assert!((flat.value - 12.0 / 10.0).abs() < 1e-9);
+        assert!(!flat.holds(), "12 per machine against 10 is not flat");
+
+        let md = report.markdown();
+        assert!(
+            md.contains("| in-memory | 1000 | capd-rs | 50.0 | 20.0 |"),
+            "{md}"
+        );
+        assert!(
+            !md.contains("\n| 1000 | capd-rs"),
             "not in the light table: {md}"
         );
     }
