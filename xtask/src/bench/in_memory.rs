@@ -16,7 +16,7 @@ use anyhow::{Result, bail};
 use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 
-use super::objects::{Workload, wait_all};
+use super::objects::{Workload, wait_all, wait_gone};
 
 /// How the N machines are grouped into clusters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,27 +172,8 @@ pub async fn delete_clusters(w: &Workload, timeout: Duration) -> Result<Duration
     w.clusters()
         .delete_collection(&DeleteParams::background(), &ListParams::default())
         .await?;
-    let deadline = start + timeout;
-    loop {
-        let left = w
-            .dev_machines()
-            .list_metadata(&ListParams::default())
-            .await?
-            .items
-            .len()
-            + w.dev_clusters()
-                .list_metadata(&ListParams::default())
-                .await?
-                .items
-                .len();
-        if left == 0 {
-            return Ok(start.elapsed());
-        }
-        if Instant::now() > deadline {
-            bail!("{left} DevMachines/DevClusters left after {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let apis = [w.dev_machines(), w.dev_clusters()];
+    wait_gone(&apis, "DevMachines/DevClusters", start, timeout).await
 }
 
 #[cfg(test)]

@@ -344,16 +344,8 @@ impl Bench {
         let del_after = self.counter.snapshot();
         let end = manager.usage();
 
-        Ok(Run {
+        let timed = Run {
             delete_s,
-            peak_rss_mib: Some(end.peak_rss_mib),
-            provision_cpu_s: Some(after.usage.cpu_s - before.usage.cpu_s),
-            total_cpu_s: Some(end.cpu_s),
-            idle_cpu_pct: Some(
-                100.0 * (idle.usage.cpu_s - after.usage.cpu_s) / self.cfg.idle.as_secs_f64(),
-            ),
-            api_requests: Some(after.api_total - before.api_total),
-            idle_api_requests: Some(idle.api_total - after.api_total),
             docker_calls: docker_count::delta(&before.docker, &after.docker),
             idle_docker_calls: docker_count::total(&docker_count::delta(
                 &after.docker,
@@ -362,7 +354,9 @@ impl Bench {
             delete_docker_calls: docker_count::total(&docker_count::delta(&del_before, &del_after)),
             host_cpu_s,
             ..Run::timed(subject, n, &times)
-        })
+        };
+        let idle = Some((&idle, self.cfg.idle));
+        Ok(with_manager(timed, &before, &after, idle, &end))
     }
 
     /// The real-node phase on a running manager: apply, all Nodes Ready, delete the Cluster.
@@ -398,18 +392,15 @@ impl Bench {
         let del_after = self.counter.snapshot();
         let end = manager.usage();
         let timed = Run::timed(subject, want, &times);
-        Ok(Run {
+        let run = Run {
             workload: NODES.into(),
             delete_s,
-            peak_rss_mib: Some(end.peak_rss_mib),
-            provision_cpu_s: Some(after.usage.cpu_s - before.usage.cpu_s),
-            total_cpu_s: Some(end.cpu_s),
-            api_requests: Some(after.api_total - before.api_total),
             docker_calls: docker_count::delta(&before.docker, &after.docker),
             delete_docker_calls: docker_count::total(&docker_count::delta(&del_before, &del_after)),
             host_cpu_s,
             ..timed
-        })
+        };
+        Ok(with_manager(run, &before, &after, None, &end))
     }
 
     /// The in-memory phase on a running manager: apply, all Machines Running, idle, delete the
@@ -443,20 +434,19 @@ impl Bench {
             .context("deleting the Clusters")?
             .as_secs_f64();
         let end = manager.usage();
-        Ok(Run {
+        let run = Run {
             workload: shape.workload().into(),
             delete_s,
-            peak_rss_mib: Some(end.peak_rss_mib),
-            provision_cpu_s: Some(after.usage.cpu_s - before.usage.cpu_s),
-            total_cpu_s: Some(end.cpu_s),
-            idle_cpu_pct: Some(
-                100.0 * (idle.usage.cpu_s - after.usage.cpu_s) / self.cfg.idle.as_secs_f64(),
-            ),
-            api_requests: Some(after.api_total - before.api_total),
-            idle_api_requests: Some(idle.api_total - after.api_total),
             host_cpu_s,
             ..Run::timed(subject, n, &times)
-        })
+        };
+        Ok(with_manager(
+            run,
+            &before,
+            &after,
+            Some((&idle, self.cfg.idle)),
+            &end,
+        ))
     }
 
     async fn floor(&self, id: &str, n: usize) -> Result<Run> {
@@ -774,6 +764,28 @@ struct Reading {
     usage: Usage,
     api_total: u64,
     docker: BTreeMap<String, u64>,
+}
+
+/// `run` with its manager's figures: CPU and API requests while provisioning (`before` to
+/// `after`), while nothing changed (`after` to `idle`, a window of that length), and its peak
+/// RSS and CPU at the `end` of the phase.
+fn with_manager(
+    run: Run,
+    before: &Reading,
+    after: &Reading,
+    idle: Option<(&Reading, Duration)>,
+    end: &Usage,
+) -> Run {
+    Run {
+        peak_rss_mib: Some(end.peak_rss_mib),
+        provision_cpu_s: Some(after.usage.cpu_s - before.usage.cpu_s),
+        total_cpu_s: Some(end.cpu_s),
+        idle_cpu_pct: idle
+            .map(|(i, window)| 100.0 * (i.usage.cpu_s - after.usage.cpu_s) / window.as_secs_f64()),
+        api_requests: Some(after.api_total - before.api_total),
+        idle_api_requests: idle.map(|(i, _)| i.api_total - after.api_total),
+        ..run
+    }
 }
 
 /// Every measured window starts on a quiet host (see [`process::settle`]).

@@ -27,7 +27,7 @@ use kube::{
 use serde_json::{Value, json};
 use xtask_figures::upstream::UPSTREAM_HAPROXY_TEMPLATE;
 
-use super::objects::Workload;
+use super::objects::{Workload, wait_gone};
 
 /// Control-plane and worker machines of the workload.
 pub const CONTROL_PLANE: u32 = 1;
@@ -310,27 +310,8 @@ pub async fn delete_cluster(w: &Workload, timeout: Duration) -> Result<Duration>
     w.clusters()
         .delete(&w.cluster, &DeleteParams::background())
         .await?;
-    let deadline = start + timeout;
-    loop {
-        let left = w
-            .docker_machines()
-            .list_metadata(&ListParams::default())
-            .await?
-            .items
-            .len()
-            + w.docker_clusters()
-                .list_metadata(&ListParams::default())
-                .await?
-                .items
-                .len();
-        if left == 0 {
-            return Ok(start.elapsed());
-        }
-        if Instant::now() > deadline {
-            bail!("{left} DockerMachines/DockerClusters left after {timeout:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let apis = [w.docker_machines(), w.docker_clusters()];
+    wait_gone(&apis, "DockerMachines/DockerClusters", start, timeout).await
 }
 
 #[cfg(test)]

@@ -288,6 +288,30 @@ impl Workload {
     }
 }
 
+/// Waits until no object of `apis` is left (`what` names them in the error); the time from
+/// `start`.
+pub async fn wait_gone(
+    apis: &[Api<DynamicObject>],
+    what: &str,
+    start: Instant,
+    timeout: Duration,
+) -> Result<Duration> {
+    let deadline = start + timeout;
+    loop {
+        let mut left = 0;
+        for api in apis {
+            left += api.list_metadata(&ListParams::default()).await?.items.len();
+        }
+        if left == 0 {
+            return Ok(start.elapsed());
+        }
+        if Instant::now() > deadline {
+            bail!("{left} {what} left after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 async fn strip_finalizers(api: &Api<DynamicObject>) {
     let Ok(list) = api.list_metadata(&ListParams::default()).await else {
         return;
