@@ -105,9 +105,14 @@ pub fn manifest(filter: &str, shape: Shape, n: usize, version: &str) -> Vec<Valu
                     "kind": "KubeadmControlPlane", "name": name},
             },
         }));
+        // An annotation, any: upstream v1.14's in-memory DevCluster reconciler writes its
+        // listener annotation into the object's map without making one, and panics on a
+        // DevCluster that has none (ClusterClass-made ones always do).
+        let mut dev_cluster = meta(&name);
+        dev_cluster["annotations"] = json!({"capd-rs.bench/shape": format!("{shape:?}")});
         docs.push(json!({
             "apiVersion": format!("{INFRA}/v1beta2"), "kind": "DevCluster",
-            "metadata": meta(&name),
+            "metadata": dev_cluster,
             "spec": {"backend": {"inMemory": {}}},
         }));
         docs.push(json!({
@@ -223,6 +228,12 @@ mod tests {
                 .and_then(|l| l.get("cluster.x-k8s.io/watch-filter"))
                 .cloned()
         };
+        for d in kinds(&docs, "DevCluster") {
+            assert!(
+                d["metadata"]["annotations"].is_object(),
+                "upstream panics without: {d}"
+            );
+        }
         for d in kinds(&docs, "DevMachineTemplate") {
             assert_eq!(
                 filter(&d, "/spec/template/metadata/labels"),
