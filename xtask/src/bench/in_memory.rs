@@ -44,6 +44,12 @@ impl Shape {
         }
     }
 
+    /// How many machines `n` makes in this shape: `n`, but for pairs of an odd `n`, one fewer.
+    pub fn machines(self, n: usize) -> usize {
+        let (clusters, workers) = self.split(n);
+        clusters * (1 + workers)
+    }
+
     /// `1000` is one cluster, `pairs:1000` the pairs.
     pub fn parse(s: &str) -> Result<(Shape, usize)> {
         let (shape, n) = match s.split_once(':') {
@@ -196,6 +202,13 @@ mod tests {
         assert!(Shape::parse("pairs:1").is_err());
         assert!(Shape::parse("rows:10").is_err());
         assert!(Shape::parse("x").is_err());
+
+        assert_eq!(Shape::One.machines(7), 7);
+        assert_eq!(
+            Shape::Pairs.machines(7),
+            6,
+            "what is waited for is what is made"
+        );
 
         let one = manifest("run1", Shape::One, 100, "v1.35.4");
         assert_eq!(kinds(&one, "Cluster").len(), 1);

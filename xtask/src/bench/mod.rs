@@ -414,6 +414,7 @@ impl Bench {
         manager: &Manager,
     ) -> Result<Run> {
         let docs = in_memory::manifest(&w.cluster, shape, n, &self.cfg.in_memory_version);
+        let n = shape.machines(n);
         let manifest = nodes::Manifest::resolve(&self.client, &docs).await?;
         let timeout = Duration::from_secs(300 + n as u64 / 2);
         quiet(self.cfg.drop_caches).await;
