@@ -79,7 +79,10 @@ hack/capi.sh up
 # removed by this one.
 export DEMO_NAME=suite-demo DEMO_HEALTH_ADDR=127.0.0.1:9451 DEMO_DIAGNOSTICS_ADDR=127.0.0.1:8444
 step "the demo (hack/demo.sh, light flavor, instance $DEMO_NAME), left running beside the rest of the suite, which shares its plane"
-DEMO_FLAVOR=light hack/demo.sh >"$CACHE_DIR/demo.log" 2>&1 || { tail -20 "$CACHE_DIR/demo.log" >&2; die "hack/demo.sh failed (log: $CACHE_DIR/demo.log)"; }
+# The suite's instance starts afresh. One that an interrupted run left behind (its teardown is
+# tests/demo.rs, near the end) may have lost containers since, and `up` keeps what exists.
+hack/demo.sh down >"$CACHE_DIR/demo.log" 2>&1 || { tail -20 "$CACHE_DIR/demo.log" >&2; die "hack/demo.sh down of a leftover $DEMO_NAME failed (log: $CACHE_DIR/demo.log)"; }
+DEMO_FLAVOR=light hack/demo.sh >>"$CACHE_DIR/demo.log" 2>&1 || { tail -20 "$CACHE_DIR/demo.log" >&2; die "hack/demo.sh failed (log: $CACHE_DIR/demo.log)"; }
 step "end-to-end tests driven by the real Cluster API (light nodes; in-memory machines; real Kubernetes nodes)"
 cargo test --locked --test e2e
 cargo test --locked --test in_memory
