@@ -243,7 +243,7 @@ async fn a_moved_manager_rewrites_the_kubeconfig_server_then_the_endpoint() {
         let name = format!("{}-c", env.id);
         let port = free_port();
         // Paused while the previous manager's state is laid down, so nothing races it.
-        let cluster = env.create_cluster(&ns, &name, true).await;
+        let cluster = env.create_cluster_of(&ns, &name, true, "DevCluster").await;
         env.create_dev_cluster(&ns, &cluster, json!({"inMemory": {}}))
             .await;
         let dev_clusters: Api<capd::api::dev::DevCluster> = Api::namespaced(env.client.clone(), &ns);
@@ -265,6 +265,12 @@ async fn a_moved_manager_rewrites_the_kubeconfig_server_then_the_endpoint() {
         );
         env.create_secret_of_type(&ns, &format!("{name}-kubeconfig"), Some(&kubeconfig), None, "cluster.x-k8s.io/secret")
             .await;
+        // Seen paused first: only the unpause itself can then start the move, which is the
+        // Cluster watch's job (a Cluster naming another kind would leave the DevCluster waiting).
+        eventually(LONG, "the DevCluster reports Paused", || async {
+            dev_clusters.get(&name).await.ok().filter(|dc| dc.cond_true("Paused"))
+        })
+        .await;
         env.set_cluster_paused(&ns, &name, false).await;
 
         let moved = eventually(LONG, "the DevCluster's host moved to 127.0.0.1", || async {

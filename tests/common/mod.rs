@@ -640,13 +640,26 @@ impl TestEnvRef {
 
     /// A CAPI Cluster pointing at a DockerCluster of the same name.
     pub async fn create_cluster(&self, ns: &str, name: &str, paused: bool) -> DynamicObject {
+        self.create_cluster_of(ns, name, paused, "DockerCluster")
+            .await
+    }
+
+    /// A Cluster whose `infrastructureRef` names `infra_kind`: the watch on Clusters maps an
+    /// unpause to that kind only, so a DevCluster's Cluster must say DevCluster.
+    pub async fn create_cluster_of(
+        &self,
+        ns: &str,
+        name: &str,
+        paused: bool,
+        infra_kind: &str,
+    ) -> DynamicObject {
         let obj = json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": {"name": name, "namespace": ns, "labels": self.filter_labels(json!({}))},
             "spec": {
                 "paused": paused,
                 "clusterNetwork": {"pods": {"cidrBlocks": ["192.168.0.0/16"]}, "services": {"cidrBlocks": ["10.128.0.0/12"]}},
-                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": name}
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": infra_kind, "name": name}
             }
         });
         let api: Api<DynamicObject> =
