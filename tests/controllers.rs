@@ -883,6 +883,91 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_a_killed_manager_recorded_but_never_ran_runs_once_on_the_next() {
+    let mut env = TestEnv::new("unrun").await;
+    // One bootstrap at a time: the second machine's start is recorded while its run waits for
+    // the slot the first one holds (as a manager Pod that a rollout deletes may stop between
+    // recording a start and running it).
+    env.start_manager(&["--docker-machine-concurrency=1"], None);
+    env.run_mut(|env| {
+        async move {
+            let id = env.id.clone();
+            let ns = format!("{id}-a");
+            let name = format!("{id}-c");
+            let (held, queued) = (format!("{name}-held"), format!("{name}-queued"));
+            let r = env.handle();
+            let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- until [ -e /tmp/go ]; do sleep 0.2; done && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
+            let quick = "#cloud-config\nruncmd:\n- echo started >> /etc/starts && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
+            r.namespace("a").await;
+            r.provisioned_cluster(&ns, &name).await;
+            r.create_secret(&ns, "slow", Some(slow), None).await;
+            r.create_secret(&ns, "quick", Some(quick), None).await;
+            let docker = docker().await;
+            r.create_machine(&ns, &name, &held, true, Some("slow"), node_spec())
+                .await;
+            eventually(LONG, "the held machine's slow step running", || async {
+                r.docker_machine(&ns, &held).await.filter(|dm| {
+                    dm.cond("BootstrapCompleted")
+                        .is_some_and(|c| c.reason == "Bootstrapping")
+                })?;
+                (exec(&docker, &held, "test -f /etc/starts").await.0 == 0).then_some(())
+            })
+            .await;
+            r.create_machine(&ns, &name, &queued, true, Some("quick"), node_spec())
+                .await;
+            let recorded = eventually(LONG, "the queued machine's start recorded, waiting for the slot", || async {
+                let dm = r.docker_machine(&ns, &queued).await?;
+                let waiting = dm.cond("CGroupsReady").is_some_and(|c| {
+                    c.message.contains("waiting for a free bootstrap slot")
+                });
+                waiting.then(|| dm.annotations().get(capd::api::STARTED_AT).cloned())?
+            })
+            .await;
+            env.manager.as_mut().unwrap().kill();
+            let claim = format!("test -e {}", capd::bootstrap::CLAIM_PATH);
+            assert_eq!(exec(&docker, &queued, &claim).await.0, 1, "no command of its ran");
+            assert_eq!(exec(&docker, &held, &claim).await.0, 0, "the held run claimed its node");
+            env.start_manager(&[], None);
+
+            // The queued bootstrap starts again and finishes; the held one is waited for.
+            let dm = eventually(LONG, "the queued machine provisioned", || async {
+                r.docker_machine(&ns, &queued)
+                    .await
+                    .filter(|dm| dm.spec.provider_id.is_some() && dm.cond_true("Ready"))
+            })
+            .await;
+            let again = dm.annotations().get(capd::api::STARTED_AT).cloned();
+            assert!(again.is_some() && again != Some(recorded), "a new start was recorded");
+            eventually(Duration::from_secs(30), "the held machine waited for", || async {
+                r.docker_machine(&ns, &held).await.filter(|dm| {
+                    dm.cond("BootstrapCompleted").is_some_and(|c| {
+                        c.reason == "Bootstrapping" && c.message.contains("by an earlier manager process")
+                    })
+                })
+            })
+            .await;
+            exec(&docker, &held, "touch /tmp/go").await;
+            eventually(LONG, "the held machine provisioned", || async {
+                r.docker_machine(&ns, &held)
+                    .await
+                    .filter(|dm| dm.spec.provider_id.is_some() && dm.cond_true("Ready"))
+            })
+            .await;
+            for node in [&held, &queued] {
+                let starts = exec(&docker, node, "cat /etc/starts").await.1;
+                assert_eq!(starts.lines().count(), 1, "{node} ran {starts:?}");
+            }
+            assert!(
+                env.manager_logs().contains("never reached its commands"),
+                "the new start is logged"
+            );
+        }
+        .boxed()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_outage_is_reported_and_recovered_from() {
     let mut env = TestEnv::new("outage").await;
     let proxy = common::docker_proxy::DockerProxy::start(&env.id);

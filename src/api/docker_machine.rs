@@ -8,15 +8,20 @@ use serde::{Deserialize, Serialize};
 use super::common::{Deprecated, Initialization, MachineAddress, Mount};
 use super::conditions::Condition;
 
-/// Go `time.Duration` syntax, as `metav1.Duration` accepts it ("5m", "1h30m", "90s").
 // Annotations capd-rs keeps on a DockerMachine (DevMachine) for its restart-safe bootstrap.
 /// When the current bootstrap of the node container started (RFC 3339).
 pub const STARTED_AT: &str = "capd-rs.x-k8s.io/bootstrap-started-at";
+/// The token the current bootstrap claims the node's commands with, in the node's
+/// `/var/lib/capd-rs/bootstrap-claim` (the start time, as [`STARTED_AT`]). Written with
+/// [`STARTED_AT`] by managers whose runs claim first; a start on record without it was made by an
+/// older manager, whose run may have begun its commands unclaimed.
+pub const BOOTSTRAP_CLAIM: &str = "capd-rs.x-k8s.io/bootstrap-claim";
 /// Set when the node container stopped while its bootstrap ran: the inputs it ran with
 /// (`controllers::docker_machine::node::bootstrap_inputs`). The node is recreated once (an engine
 /// restart stops it too); after a second stop, not until they change.
 pub const STOPPED_DURING_BOOTSTRAP: &str = "capd-rs.x-k8s.io/node-stopped-during-bootstrap";
 
+/// Go `time.Duration` syntax, as `metav1.Duration` accepts it ("5m", "1h30m", "90s").
 pub const DURATION_PATTERN: &str =
     r"^[-+]?(0|(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$";
 

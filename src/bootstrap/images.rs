@@ -4,6 +4,8 @@
 //! through [`run`](super::run). Without images the whole plan goes to the runner unchanged.
 //!
 //! Steps are numbered across the whole plan (images count as steps), as conditions show them.
+#[cfg(doc)]
+use super::runner::CLAIM_PATH;
 use super::runner::{RunError, StepFailure, output_tail, run};
 use super::{Step, plan::shorten, redact};
 use crate::docker::{ContainerRuntime, ExecOutput, RuntimeError, RuntimeResult};
@@ -14,6 +16,9 @@ pub struct Plan {
     /// Image references, each imported once (see [`unique`]).
     pub images: Vec<String>,
     pub images_after: usize,
+    /// The token this run claims the node's commands with (see [`CLAIM_PATH`]); a plan
+    /// without one runs unclaimed.
+    pub claim: Option<String>,
 }
 
 impl From<Vec<Step>> for Plan {
@@ -22,6 +27,7 @@ impl From<Vec<Step>> for Plan {
             steps,
             images: Vec::new(),
             images_after: 0,
+            claim: None,
         }
     }
 }
@@ -184,7 +190,7 @@ pub async fn run_plan(
         }
         e
     };
-    run(rt, container, rest, |i, s| {
+    run(rt, container, rest, plan.claim.as_deref(), |i, s| {
         progress(Progress::Step(offset + i, s.description.clone()))
     })
     .await
@@ -216,6 +222,7 @@ mod tests {
             steps: vec![step("wait"), step("write"), step("kubeadm")],
             images: unique(images.iter().copied()),
             images_after: 1,
+            claim: None,
         }
     }
 

@@ -41,7 +41,10 @@ use std::str::FromStr;
 pub use images::{Plan, Progress, import_argv, run_plan, unique};
 pub use limits::{MAX_DATA_BYTES, MAX_DECODED_BYTES, MAX_YAML_NODES};
 pub use redact::{REDACTED, redact};
-pub use runner::{PROGRESS_PATH, RunError, StepFailure, TAIL_CHARS, TAIL_LINES, run, steps_done};
+pub use runner::{
+    CLAIM_PATH, PROGRESS_PATH, RunError, StepFailure, TAIL_CHARS, TAIL_LINES, claimed, run,
+    steps_done,
+};
 
 /// The `type` of the Secrets CAPI's bootstrap providers write their data into (any type with a
 /// `value` key is accepted, as upstream does).

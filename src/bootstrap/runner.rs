@@ -115,6 +115,10 @@ pub enum RunError {
     Step(StepFailure),
     /// Every step succeeded but the success sentinel is not there.
     NoSentinel,
+    /// Another run (of another manager process) claimed the node's commands first: none ran here.
+    ClaimedElsewhere,
+    /// The claim could not be written in the node: no command ran.
+    ClaimNotRecorded,
 }
 
 impl std::error::Error for RunError {}
@@ -128,6 +132,15 @@ impl fmt::Display for RunError {
                 "All bootstrap commands succeeded but {} was not created",
                 super::SENTINEL_PATH
             ),
+            RunError::ClaimedElsewhere => write!(
+                f,
+                "Another manager process's bootstrap run claimed this node first ({CLAIM_PATH}); \
+                 no command was run by this one"
+            ),
+            RunError::ClaimNotRecorded => write!(
+                f,
+                "The bootstrap claim {CLAIM_PATH} could not be written in the node; no command was run"
+            ),
         }
     }
 }
@@ -136,8 +149,16 @@ impl RunError {
     pub fn step(&self) -> Option<&StepFailure> {
         match self {
             RunError::Step(s) => Some(s),
-            RunError::NoSentinel => None,
+            _ => None,
         }
+    }
+
+    /// Whether the run stopped at its claim, before any command.
+    pub fn at_claim(&self) -> bool {
+        matches!(
+            self,
+            RunError::ClaimedElsewhere | RunError::ClaimNotRecorded
+        )
     }
 }
 
@@ -145,21 +166,56 @@ impl RunError {
 /// container starts over, and an unprovisioned one that stopped is recreated anyway).
 pub const PROGRESS_PATH: &str = "/run/capd-rs/bootstrap-steps-done";
 
+/// Where a run claims the node's commands before the first one, with its token (the start the
+/// manager recorded on the DockerMachine). Created exclusively, so of two runs only one goes on;
+/// a run that finds its own token is a retry of itself and resumes. On the container's
+/// filesystem, not tmpfs: a claim outlives a container restart, as the commands' effects do. A
+/// manager that finds a start on record and no claim knows that no command ran, and may start
+/// again instead of waiting for a bootstrap that never began.
+pub const CLAIM_PATH: &str = "/var/lib/capd-rs/bootstrap-claim";
+
+/// The claim, as shell: `$m` is the [`MARKER`], `$cf` the claim file, `$ct` the token. `set -C`
+/// makes `>` an exclusive create (O_EXCL), so two runs cannot both see the file missing.
+const CLAIM_SH: &str = concat!(
+    "mkdir -p \"${cf%/*}\" 2>/dev/null\n",
+    "if ! ( set -C; printf '%s\\n' \"$ct\" > \"$cf\" ) 2>/dev/null; then\n",
+    "[ -f \"$cf\" ] || { printf '\\n%s no-claim\\n' \"$m\" >&2; exit 5; }\n",
+    "[ \"$(cat \"$cf\" 2>/dev/null)\" = \"$ct\" ] || { printf '\\n%s claimed-elsewhere\\n' \"$m\" >&2; exit 4; }\n",
+    "fi\n",
+);
+
+/// The claim alone, as one exec (before a step-by-step run): `$0` the claim file, `$1` the token.
+fn claim_step(path: &str, token: &str) -> Step {
+    Step {
+        argv: vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            format!("m={MARKER}; cf=$0; ct=$1\n{CLAIM_SH}"),
+            path.into(),
+            token.into(),
+        ],
+        stdin: None,
+        description: "claim the node's bootstrap".into(),
+    }
+}
+
 /// A plan whose stdin adds up to more than this runs one exec per step: the script feeds file
 /// content through the shell's `read` (byte by byte), fine for config files and certificates,
 /// not for image tarballs.
 const SCRIPT_STDIN_LIMIT: usize = 4 << 20;
 
-/// Run `steps` in `container`: nothing if the success sentinel is already there, else every
-/// step in order, stopping at the first that exits non-zero or cannot be exec'd; then the
-/// sentinel must exist. When steps run one by one, `progress(index, step)` is called before
-/// each; in one exec there is no step to report until it ends.
+/// Run `steps` in `container`: nothing if the success sentinel is already there, else (with a
+/// `claim` token, once the node's [`CLAIM_PATH`] holds it) every step in order, stopping at the
+/// first that exits non-zero or cannot be exec'd; then the sentinel must exist. When steps run
+/// one by one, `progress(index, step)` is called before each; in one exec there is no step to
+/// report until it ends.
 ///
 /// Only step descriptions are logged, never argv, stdin or output.
 pub async fn run(
     rt: &dyn ContainerRuntime,
     container: &str,
     steps: &[Step],
+    claim: Option<&str>,
     progress: impl Fn(usize, &Step) + Send + Sync,
 ) -> Result<(), RunError> {
     let stdin_bytes: usize = steps
@@ -170,6 +226,9 @@ pub async fn run(
     if stdin_bytes > SCRIPT_STDIN_LIMIT {
         if sentinel_exists(rt, container).await {
             return Ok(());
+        }
+        if let Some(token) = claim {
+            take_claim(rt, container, token).await?;
         }
         run_each(rt, container, steps, progress)
             .await
@@ -188,7 +247,8 @@ pub async fn run(
         };
     };
     let total = steps.len();
-    let batch = script(steps, super::SENTINEL_PATH, PROGRESS_PATH);
+    let claim = claim.map(|token| (CLAIM_PATH, token));
+    let batch = script(steps, super::SENTINEL_PATH, PROGRESS_PATH, claim);
     tracing::debug!(container, total, "bootstrap: running all steps in one exec");
     let out = exec_retrying(rt, container, &batch).await.map_err(|err| {
         RunError::Step(StepFailure {
@@ -203,6 +263,8 @@ pub async fn run(
     match outcome(&out, total) {
         Ok(()) => Ok(()),
         Err(Ended::NoSentinel) => Err(RunError::NoSentinel),
+        Err(Ended::ClaimedElsewhere) => Err(RunError::ClaimedElsewhere),
+        Err(Ended::NoClaim) => Err(RunError::ClaimNotRecorded),
         Err(Ended::Step { index, exit_code }) => {
             let failure = StepFailure {
                 index,
@@ -224,6 +286,41 @@ pub async fn run(
             Err(RunError::Step(failure))
         }
     }
+}
+
+/// The claim of a step-by-step run, in an exec of its own. Its failure to exec at all is the
+/// first step's, as in one exec.
+async fn take_claim(
+    rt: &dyn ContainerRuntime,
+    container: &str,
+    token: &str,
+) -> Result<(), RunError> {
+    let step = claim_step(CLAIM_PATH, token);
+    match exec_retrying(rt, container, &step).await {
+        Ok(out) => match outcome(&out, 1) {
+            Ok(()) => Ok(()),
+            Err(Ended::ClaimedElsewhere) => Err(RunError::ClaimedElsewhere),
+            Err(_) => Err(RunError::ClaimNotRecorded),
+        },
+        Err(err) => Err(RunError::Step(StepFailure {
+            index: 0,
+            total: 1,
+            description: step.description,
+            exit_code: None,
+            output_tail: String::new(),
+            runtime_error: Some(shorten(&redact(&err.to_string()), 500)),
+        })),
+    }
+}
+
+/// Whether a bootstrap run claimed `container`'s commands (see [`CLAIM_PATH`]). An exec that
+/// cannot run is an error, never "no claim": that answer lets a manager start the commands.
+pub async fn claimed(
+    rt: &dyn ContainerRuntime,
+    container: &str,
+) -> crate::docker::RuntimeResult<bool> {
+    let argv = ["test", "-f", CLAIM_PATH].map(String::from);
+    Ok(rt.exec(container, &argv, None).await?.success())
 }
 
 /// How many steps the one-exec script finished in `container` (its progress file), if it ran.
@@ -250,6 +347,8 @@ const MARKER: &str = "capd-rs-bootstrap:";
 enum Ended {
     Step { index: usize, exit_code: i64 },
     NoSentinel,
+    ClaimedElsewhere,
+    NoClaim,
 }
 
 fn outcome(out: &crate::docker::ExecOutput, total: usize) -> Result<(), Ended> {
@@ -258,6 +357,8 @@ fn outcome(out: &crate::docker::ExecOutput, total: usize) -> Result<(), Ended> {
     let words: Vec<&str> = last.split_whitespace().collect();
     match words.as_slice() {
         [MARKER, "no-sentinel"] => Err(Ended::NoSentinel),
+        [MARKER, "claimed-elsewhere"] => Err(Ended::ClaimedElsewhere),
+        [MARKER, "no-claim"] => Err(Ended::NoClaim),
         [MARKER, "step", n, "exited", code] => {
             let index = n.parse::<usize>().unwrap_or(1).clamp(1, total) - 1;
             Err(Ended::Step {
@@ -332,7 +433,8 @@ fn hidden(step: &Step) -> Step {
 }
 
 /// The whole plan as one exec of the [`LOADER`], which reads this script from stdin first.
-/// `$0` is the sentinel, `$1` the progress file (fixed paths, not bootstrap data).
+/// `$0` is the sentinel, `$1` the progress file (fixed paths, not bootstrap data); with a
+/// `claim` (its file and token: `$2`, `$3`), the script claims the node before any step.
 ///
 /// Each step is its argv as single-quoted words, stdin from `/dev/null` as when exec'd alone;
 /// a step's stdin (file content) arrives on the script's stdin as base64 lines ended by a `.`
@@ -341,10 +443,19 @@ fn hidden(step: &Step) -> Step {
 /// part of a file. A step that fails stops the script with a last stderr line naming it and its exit code.
 /// Finished steps are counted in the progress file, and a re-run skips them (their stdin
 /// blocks are read and dropped, to stay aligned).
-pub(crate) fn script(steps: &[Step], sentinel: &str, progress_file: &str) -> Step {
+pub(crate) fn script(
+    steps: &[Step],
+    sentinel: &str,
+    progress_file: &str,
+    claim: Option<(&str, &str)>,
+) -> Step {
     let mut text = format!("m={MARKER}\n");
+    text.push_str("if [ -f \"$0\" ]; then echo \"$m already bootstrapped\"; exit 0; fi\n");
+    if claim.is_some() {
+        text.push_str("cf=$2; ct=$3\n");
+        text.push_str(CLAIM_SH);
+    }
     text.push_str(concat!(
-        "if [ -f \"$0\" ]; then echo \"$m already bootstrapped\"; exit 0; fi\n",
         "fail() { rc=$?; printf '\\n%s step %s exited %s\\n' \"$m\" \"$i\" \"$rc\" >&2; exit \"$rc\"; }\n",
         "block() { while IFS= read -r l; do [ \"$l\" = . ] && return 0; printf '%s\\n' \"$l\"; done; return 1; }\n",
         "mkdir -p \"${1%/*}\" 2>/dev/null\n",
@@ -373,14 +484,18 @@ pub(crate) fn script(steps: &[Step], sentinel: &str, progress_file: &str) -> Ste
     let mut stdin = Vec::new();
     push_block(&mut stdin, text.as_bytes());
     stdin.extend_from_slice(&blocks);
+    let mut argv: Vec<String> = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        LOADER.into(),
+        sentinel.into(),
+        progress_file.into(),
+    ];
+    if let Some((file, token)) = claim {
+        argv.extend([file.into(), token.into()]);
+    }
     Step {
-        argv: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            LOADER.into(),
-            sentinel.into(),
-            progress_file.into(),
-        ],
+        argv,
         stdin: Some(stdin),
         description: format!("{} bootstrap steps in one exec", steps.len()),
     }
@@ -815,7 +930,7 @@ mod tests {
     fn run_future_is_send() {
         fn assert_send<T: Send>(_: &T) {}
         let rt = FakeRuntime::default();
-        let fut = run(&rt, "n", &[], |_, _| {});
+        let fut = run(&rt, "n", &[], None, |_, _| {});
         assert_send(&fut);
     }
 
@@ -826,6 +941,7 @@ mod tests {
             steps,
             &dir.join("sentinel").to_string_lossy(),
             &dir.join("state/done").to_string_lossy(),
+            None,
         );
         run_step_locally(&batch)
     }
@@ -986,7 +1102,12 @@ mod tests {
             write(&path(&dir, "b"), &[b'x'; 500]),
             shell(&format!("touch {}", path(&dir, "after"))),
         ];
-        let mut batch = script(&steps, &path(&dir, "sentinel"), &path(&dir, "state/done"));
+        let mut batch = script(
+            &steps,
+            &path(&dir, "sentinel"),
+            &path(&dir, "state/done"),
+            None,
+        );
         // The stream ends inside the second block.
         let stdin = batch.stdin.take().unwrap();
         let cut = stdin.len() - 100;
@@ -1018,12 +1139,128 @@ mod tests {
         assert!(dir.join("ran").exists());
     }
 
+    /// [`run_script`] claiming the node with `token`, its claim file in `dir`.
+    fn run_claimed(steps: &[Step], dir: &std::path::Path, token: &str) -> ExecOutput {
+        let claim = path(dir, "lib/claim");
+        let batch = script(
+            steps,
+            &path(dir, "sentinel"),
+            &path(dir, "state/done"),
+            Some((&claim, token)),
+        );
+        run_step_locally(&batch)
+    }
+
+    #[test]
+    fn of_runs_racing_for_a_node_one_runs_the_commands_and_its_retry_resumes() {
+        let dir = tmp("claim");
+        let count = path(&dir, "count");
+        let steps = vec![
+            shell(&format!("echo ran >> {count}")),
+            shell(&format!("test -f {}", path(&dir, "go"))),
+            shell(&format!("touch {}", path(&dir, "sentinel"))),
+        ];
+        // Eight runs with their own tokens start together: one claims, the others run nothing.
+        let ends: Vec<Result<(), Ended>> = std::thread::scope(|scope| {
+            let runs: Vec<_> = (0..8)
+                .map(|k| {
+                    let (steps, dir) = (&steps, &dir);
+                    scope.spawn(move || outcome(&run_claimed(steps, dir, &format!("run-{k}")), 3))
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let winner = std::fs::read_to_string(dir.join("lib/claim")).unwrap();
+        let winner = winner.trim_end();
+        let stopped = ends
+            .iter()
+            .filter(|e| **e == Err(Ended::ClaimedElsewhere))
+            .count();
+        assert_eq!(stopped, 7, "{ends:?}");
+        assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\n");
+        // The winner stopped at step 2; its retry resumes there, another run still does not.
+        let k: usize = winner.trim_start_matches("run-").parse().unwrap();
+        assert_eq!(
+            ends[k],
+            Err(Ended::Step {
+                index: 1,
+                exit_code: 1
+            })
+        );
+        std::fs::write(dir.join("go"), "").unwrap();
+        let other = format!("run-{}", (k + 1) % 8);
+        assert_eq!(
+            outcome(&run_claimed(&steps, &dir, &other), 3),
+            Err(Ended::ClaimedElsewhere)
+        );
+        assert_eq!(outcome(&run_claimed(&steps, &dir, winner), 3), Ok(()));
+        assert_eq!(std::fs::read_to_string(&count).unwrap(), "ran\n");
+        assert!(dir.join("sentinel").exists());
+        // Bootstrapped: any run now ends at the sentinel, claim or not.
+        assert_eq!(outcome(&run_claimed(&steps, &dir, &other), 3), Ok(()));
+    }
+
+    #[test]
+    fn a_claim_that_cannot_be_written_runs_nothing_and_says_so() {
+        let dir = tmp("noclaim");
+        // The claim's directory is a file: neither mkdir nor the create can succeed.
+        std::fs::write(dir.join("lib"), "").unwrap();
+        let ran = path(&dir, "ran");
+        let steps = vec![shell(&format!("touch {ran}"))];
+        assert_eq!(
+            outcome(&run_claimed(&steps, &dir, "t"), 1),
+            Err(Ended::NoClaim)
+        );
+        assert!(!std::path::Path::new(&ran).exists());
+    }
+
+    #[test]
+    fn the_claim_exec_of_a_step_by_step_run_claims_once() {
+        let dir = tmp("claimstep");
+        let claim = path(&dir, "lib/claim");
+        let mine = claim_step(&claim, "mine");
+        assert_eq!(outcome(&run_step_locally(&mine), 1), Ok(()));
+        assert_eq!(
+            outcome(&run_step_locally(&mine), 1),
+            Ok(()),
+            "its own claim"
+        );
+        assert_eq!(
+            outcome(&run_step_locally(&claim_step(&claim, "theirs")), 1),
+            Err(Ended::ClaimedElsewhere)
+        );
+        assert_eq!(std::fs::read_to_string(&claim).unwrap(), "mine\n");
+    }
+
+    #[tokio::test]
+    async fn a_step_by_step_run_claims_before_its_first_step_and_stops_if_it_cannot() {
+        let big = vec![0u8; SCRIPT_STDIN_LIMIT + 1];
+        let steps = vec![write("/tmp/image.tar", &big), shell("ctr import")];
+        // Sentinel absent, then another run's claim.
+        let rt = FakeRuntime::answering(vec![
+            exit(1, "", ""),
+            exit(4, "", "\ncapd-rs-bootstrap: claimed-elsewhere\n"),
+        ]);
+        let err = run(&rt, "n", &steps, Some("t"), |_, _| {})
+            .await
+            .unwrap_err();
+        assert_eq!(err, RunError::ClaimedElsewhere);
+        assert!(err.at_claim() && err.step().is_none());
+        let calls = rt.calls();
+        assert_eq!(calls.len(), 2, "no step ran: {calls:?}");
+        assert_eq!(calls[1].1[3..], [CLAIM_PATH, "t"]);
+        // Claimed: the steps follow.
+        let rt = FakeRuntime::answering(vec![exit(1, "", ""), ok(), ok(), ok(), ok()]);
+        run(&rt, "n", &steps, Some("t"), |_, _| {}).await.unwrap();
+        assert_eq!(rt.calls().len(), 5);
+    }
+
     #[tokio::test]
     async fn run_is_one_exec_and_maps_the_scripts_end() {
         let stderr = "W kubelet\nerror: port 6443 in use\n\ncapd-rs-bootstrap: step 2 exited 3\n";
         let rt = FakeRuntime::answering(vec![exit(3, "", stderr)]);
         let steps = vec![write("/etc/k", b"k"), shell("kubeadm init"), shell("true")];
-        let err = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
+        let err = run(&rt, "n", &steps, None, |_, _| {}).await.unwrap_err();
         let failure = err.step().unwrap();
         assert_eq!((failure.index, failure.exit_code), (1, Some(3)));
         assert_eq!(
@@ -1041,7 +1278,7 @@ mod tests {
         );
 
         let rt = FakeRuntime::answering(vec![exit(3, "", "capd-rs-bootstrap: no-sentinel\n")]);
-        let err = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
+        let err = run(&rt, "n", &steps, None, |_, _| {}).await.unwrap_err();
         assert_eq!(err, RunError::NoSentinel);
         assert!(err.to_string().contains("was not created"), "{err}");
     }
@@ -1077,7 +1314,9 @@ mod tests {
     #[tokio::test]
     async fn runcmd_words_never_reach_exec_argv_in_one_exec() {
         let rt = FakeRuntime::default();
-        run(&rt, "n", &secret_plan(), |_, _| {}).await.unwrap();
+        run(&rt, "n", &secret_plan(), None, |_, _| {})
+            .await
+            .unwrap();
         assert_no_secret_in_argv(&rt);
     }
 
@@ -1090,7 +1329,7 @@ mod tests {
             0,
             write("/tmp/image.tar", &vec![0u8; SCRIPT_STDIN_LIMIT + 1]),
         );
-        run(&rt, "n", &steps, |_, _| {}).await.unwrap();
+        run(&rt, "n", &steps, None, |_, _| {}).await.unwrap();
         assert!(rt.calls().len() > steps.len(), "one exec per step");
         assert_no_secret_in_argv(&rt);
     }
@@ -1129,7 +1368,7 @@ mod tests {
         let rt = FakeRuntime::answering(vec![exit(5, &stdout, &stderr)]);
         let steps = vec![write("/etc/k", b"k"), shell("kubeadm init"), shell("true")];
         let started = std::time::Instant::now();
-        let err = run(&rt, "n", &steps, |_, _| {}).await.unwrap_err();
+        let err = run(&rt, "n", &steps, None, |_, _| {}).await.unwrap_err();
         assert_eq!(
             err.to_string(),
             "step 2/3 failed: shell script running kubeadm exited with code 5"
@@ -1155,7 +1394,7 @@ mod tests {
         // Sentinel absent, two steps, sentinel present.
         let rt = FakeRuntime::answering(vec![exit(1, "", ""), ok(), ok(), ok()]);
         let steps = vec![write("/tmp/image.tar", &big), shell("ctr import")];
-        run(&rt, "n", &steps, |_, _| {}).await.unwrap();
+        run(&rt, "n", &steps, None, |_, _| {}).await.unwrap();
         let calls = rt.calls();
         assert_eq!(calls.len(), 4);
         assert_eq!(calls[1].2.as_ref().map(Vec::len), Some(big.len()));

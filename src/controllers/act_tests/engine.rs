@@ -73,6 +73,14 @@ impl Engine {
         Some(String::from_utf8_lossy(bytes).into_owned())
     }
 
+    /// Put a file in a container, as something in it would have written it.
+    pub fn put_file(&self, container: &str, path: &str, content: &str) {
+        self.state().files.insert(
+            (container.to_string(), path.to_string()),
+            content.as_bytes().to_vec(),
+        );
+    }
+
     pub fn created(&self) -> Vec<ContainerSpec> {
         self.state().created.clone()
     }

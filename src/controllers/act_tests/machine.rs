@@ -9,7 +9,7 @@ use http::Method;
 use super::scenario::{self as sc, Scenario, condition, finalizers};
 use crate::{
     api::{DockerCluster, DockerMachine},
-    controllers::{docker_cluster, docker_machine},
+    controllers::{docker_cluster, docker_machine, kit::bootstrap_tasks::TaskState},
     docker::{haproxy, labels},
 };
 
@@ -89,6 +89,102 @@ async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_sec
     );
     // The bootstrap runs in the background, in the container; not waited for here.
     s.ctx.bootstraps.cancel(&uid);
+}
+
+/// A machine whose bootstrap an earlier manager process started (its start and claim token on
+/// record) and that no task of this process runs: the first reconcile started it, then the
+/// process "stopped". `claimed`: its run got as far as claiming the node's commands. `old`: the
+/// start was made by a manager that did not claim (no claim token on record).
+async fn started_by_a_stopped_process(claimed: bool, old: bool) -> (Scenario, DockerMachine) {
+    let (s, dm) = machine_scenario(false, true).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+    s.ctx.bootstraps.cancel(&uid);
+    if claimed {
+        s.engine
+            .put_file("c-m", crate::bootstrap::CLAIM_PATH, "the earlier run\n");
+    }
+    let mut dm = s.get::<DockerMachine>("m").unwrap();
+    if old {
+        dm.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(crate::api::BOOTSTRAP_CLAIM);
+        dm = s.update(dm);
+    }
+    (s, dm)
+}
+
+fn annotation(dm: &DockerMachine, key: &str) -> Option<String> {
+    dm.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+#[tokio::test]
+async fn a_recorded_start_whose_run_never_claimed_the_node_is_made_again() {
+    let (s, dm) = started_by_a_stopped_process(false, false).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+    let first = annotation(&dm, crate::api::STARTED_AT).expect("a start on record");
+    assert_eq!(
+        annotation(&dm, crate::api::BOOTSTRAP_CLAIM).as_ref(),
+        Some(&first),
+        "the run's claim token is the start"
+    );
+
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+
+    let stored = s.get::<DockerMachine>("m").unwrap();
+    let again = annotation(&stored, crate::api::STARTED_AT).unwrap();
+    assert_ne!(again, first, "a new start is recorded");
+    assert_eq!(
+        annotation(&stored, crate::api::BOOTSTRAP_CLAIM),
+        Some(again)
+    );
+    assert_ne!(
+        s.ctx.bootstraps.poll(&uid),
+        TaskState::NotStarted,
+        "the bootstrap ran again: none of its commands had run"
+    );
+    let looked = s
+        .engine
+        .execs
+        .calls()
+        .into_iter()
+        .any(|(c, argv, _)| c == "c-m" && argv == ["test", "-f", crate::bootstrap::CLAIM_PATH]);
+    assert!(looked, "the node's claim was looked at first");
+    s.ctx.bootstraps.cancel(&uid);
+}
+
+#[tokio::test]
+async fn a_recorded_start_whose_run_claimed_the_node_is_waited_for_never_run_again() {
+    for (claimed, old) in [(true, false), (false, true)] {
+        let (s, dm) = started_by_a_stopped_process(claimed, old).await;
+        let uid = dm.metadata.uid.clone().unwrap();
+        let first = annotation(&dm, crate::api::STARTED_AT);
+
+        s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+
+        let stored = s.get::<DockerMachine>("m").unwrap();
+        assert_eq!(annotation(&stored, crate::api::STARTED_AT), first);
+        assert_eq!(
+            s.ctx.bootstraps.poll(&uid),
+            TaskState::NotStarted,
+            "claimed {claimed}, by an older manager {old}: not started again"
+        );
+        let json = s.json::<DockerMachine>("m");
+        assert_eq!(
+            condition(&json, "CGroupsReady").map(|c| c.1),
+            Some("Bootstrapping".into())
+        );
+        let message = json["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "CGroupsReady")
+            .unwrap()["message"]
+            .to_string();
+        assert!(message.contains("it is not re-run"), "{message}");
+    }
 }
 
 #[tokio::test]

@@ -2,10 +2,13 @@
 //! in a background task, report progress, and record how it ended, without ever running the
 //! commands twice on one container (they have side effects: a second `kubeadm init` breaks a node).
 //!
-//! When bootstrap starts, the annotation [`STARTED_AT`] is persisted. If a later pass finds it
-//! with no task of this process running (the manager restarted, its in-flight exec may still be
-//! running inside the node), it waits for the success sentinel until the start time plus the
-//! timeout instead of starting again.
+//! When bootstrap starts, the annotation [`STARTED_AT`] is persisted, and the run claims the node
+//! (its file [`bootstrap::CLAIM_PATH`], created exclusively) before its first command. If a later
+//! pass finds the start with no task of this process running (the manager restarted), the claim
+//! tells the two cases apart. No claim: no command ran (the process stopped while the run waited
+//! for a slot, for the node's init system, or imported images), so the bootstrap starts again.
+//! A claim: commands ran, and an in-flight exec may still be running inside the node, so it waits
+//! for the success sentinel until the start time plus the timeout instead of starting again.
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -18,7 +21,7 @@ use serde_json::json;
 use tracing::info;
 
 use super::decide::Status;
-use crate::api::{STARTED_AT, STOPPED_DURING_BOOTSTRAP};
+use crate::api::{BOOTSTRAP_CLAIM, STARTED_AT, STOPPED_DURING_BOOTSTRAP};
 use crate::controllers::{
     kit::{
         bootstrap_tasks::{Finished, TaskState, WAITING_FOR_SLOT},
@@ -230,7 +233,9 @@ pub async fn reconcile(
         return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
     }
     let timeout = t.dm.bootstrap_timeout(ctx.settings.bootstrap_timeout);
-    if let Some(started) = started {
+    if let Some(started) = started
+        && !never_began(t.dm, ctx, t.container, started).await?
+    {
         // Started by an earlier manager process: never start the commands a second time.
         let phase = at(current_step(ctx, t.container, images).await);
         let deadline = started + chrono::Duration::from_std(timeout).unwrap_or_default();
@@ -261,7 +266,7 @@ pub async fn reconcile(
     }
 
     let pre_load = pre_load_images(t.dm);
-    let (plan, skipped) = match load_steps(ctx, &ns, t.secret_name, pre_load).await {
+    let (mut plan, skipped) = match load_steps(ctx, &ns, t.secret_name, pre_load).await {
         Ok(loaded) => loaded,
         // Without usable data, a node that was bootstrapped all the same (a moved cluster
         // whose status did not come along) is still recognised by its sentinel.
@@ -272,8 +277,9 @@ pub async fn reconcile(
         }
         Err(e) => return Err(e),
     };
-    // Record the start before starting, so that no later pass can start a second run.
-    set_started_at(patcher, Some(now)).await?;
+    // Record the start before starting, so that no later pass can start a second run, and the
+    // token the run claims the node with, so that a later process knows it claims.
+    plan.claim = Some(record_start(patcher, now).await?);
     let total = plan.total();
     let (wake, me) = (ctx.wake.clone(), ObjectRef::from_obj(t.dm));
     ctx.bootstraps.start(
@@ -326,9 +332,14 @@ pub async fn reset(
 ) -> Result<()> {
     ctx.bootstraps.cancel(&dm.uid().unwrap_or_default());
     let annotations = dm.annotations();
-    if annotations.contains_key(STARTED_AT) || annotations.contains_key(STOPPED_DURING_BOOTSTRAP) {
+    if [STARTED_AT, BOOTSTRAP_CLAIM, STOPPED_DURING_BOOTSTRAP]
+        .iter()
+        .any(|k| annotations.contains_key(*k))
+    {
         patcher
-            .annotations(json!({ STARTED_AT: null, STOPPED_DURING_BOOTSTRAP: null }))
+            .annotations(
+                json!({ STARTED_AT: null, BOOTSTRAP_CLAIM: null, STOPPED_DURING_BOOTSTRAP: null }),
+            )
             .await?;
     }
     for d in at_phase(
@@ -365,10 +376,37 @@ fn started_at(dm: &DockerMachine) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
-async fn set_started_at(patcher: &mut Patcher<'_>, at: Option<DateTime<Utc>>) -> Result<()> {
+/// Persist the start at `at` and the token its run claims the node with (returned).
+async fn record_start(patcher: &mut Patcher<'_>, at: DateTime<Utc>) -> Result<String> {
+    let token = at.to_rfc3339();
     patcher
-        .annotations(json!({ STARTED_AT: at.map(|t| t.to_rfc3339()) }))
-        .await
+        .annotations(json!({ STARTED_AT: token, BOOTSTRAP_CLAIM: token }))
+        .await?;
+    Ok(token)
+}
+
+/// Whether the bootstrap on record (of an earlier process) never reached its commands: its
+/// manager claims before the first command ([`BOOTSTRAP_CLAIM`] says so) and the node holds no
+/// claim. Such a start is made again rather than waited for until it times out: a manager Pod
+/// that a control-plane rollout deletes (self-hosted) may stop between recording a start and
+/// running it. A start by an older manager, which did not claim, is waited for as before.
+async fn never_began(
+    dm: &DockerMachine,
+    ctx: &Context,
+    container: &str,
+    started: DateTime<Utc>,
+) -> Result<bool> {
+    if !dm.annotations().contains_key(BOOTSTRAP_CLAIM)
+        || bootstrap::claimed(ctx.runtime.as_ref(), container).await?
+    {
+        return Ok(false);
+    }
+    info!(
+        %container,
+        started = %started.to_rfc3339(),
+        "the bootstrap on record never reached its commands (its process stopped first); starting it again"
+    );
+    Ok(true)
 }
 
 /// The commands from the bootstrap Secret, preceded by a wait for the node's init system and
@@ -445,6 +483,8 @@ async fn load_steps(
             steps,
             images: pre_load,
             images_after: 1,
+            // The start's token, set once the start is recorded.
+            claim: None,
         },
         planned.skipped,
     ))

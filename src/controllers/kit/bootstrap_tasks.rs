@@ -142,7 +142,13 @@ impl BootstrapTasks {
                 Ok(Ok(())) => Finished::Succeeded,
                 // The runner logged the failure with its output tail.
                 Ok(Err(failure)) => Finished::Failed {
-                    step: failure.step().map_or(total + 1, |f| f.number()),
+                    // A claim comes before the runner's first step; a missing sentinel after
+                    // the last.
+                    step: match failure.step() {
+                        Some(f) => f.number(),
+                        None if failure.at_claim() => offset + 1,
+                        None => total + 1,
+                    },
                     message: failure.to_string(),
                 },
                 Err(_) => {
@@ -310,6 +316,7 @@ mod tests {
                 steps: vec![step(1), step(2)],
                 images: bootstrap::unique(images),
                 images_after: 1,
+                claim: None,
             };
             tasks.start(
                 uid,

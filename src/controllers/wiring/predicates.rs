@@ -128,12 +128,12 @@ pub fn own_docker_cluster(dc: &DockerCluster) -> Option<u64> {
     )
 }
 
-/// See [`own_docker_cluster`]. The bootstrap start time is left out: only the reconcile writes
-/// it, right before it starts a bootstrap whose end wakes the machine anyway; its echo would be
-/// one more pass per machine while a hundred bootstrap.
+/// See [`own_docker_cluster`]. The bootstrap start time and claim token are left out: only the
+/// reconcile writes them, right before it starts a bootstrap whose end wakes the machine anyway;
+/// their echo would be one more pass per machine while a hundred bootstrap.
 pub fn own_docker_machine(dm: &crate::api::DockerMachine) -> Option<u64> {
     hash((
-        own_ignoring(dm, &[crate::api::STARTED_AT]),
+        own_ignoring(dm, &[crate::api::STARTED_AT, crate::api::BOOTSTRAP_CLAIM]),
         dm.status
             .as_ref()
             .and_then(|s| s.initialization.as_ref())
@@ -253,8 +253,10 @@ mod tests {
     fn our_bootstrap_start_time_does_not_trigger_but_other_annotations_do() {
         let mut dm = crate::api::DockerMachine::new("m", Default::default());
         let base = own_docker_machine(&dm);
-        dm.annotations_mut()
-            .insert(crate::api::STARTED_AT.into(), "2026-11-23T20:00:00Z".into());
+        for key in [crate::api::STARTED_AT, crate::api::BOOTSTRAP_CLAIM] {
+            dm.annotations_mut()
+                .insert(key.into(), "2026-11-23T20:00:00Z".into());
+        }
         assert_eq!(own_docker_machine(&dm), base);
         dm.annotations_mut()
             .insert("cluster.x-k8s.io/paused".into(), String::new());
