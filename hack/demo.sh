@@ -28,20 +28,27 @@ CLUSTERCTL="$BIN_DIR/capi-v$CAPI_VERSION/clusterctl"
 export KUBECONFIG="$KUBECONFIG_PATH"
 mkdir -p "$DEMO_DIR"
 
-manager_running() { [[ -f "$DEMO_DIR/manager.pid" ]] && kill -0 "$(cat "$DEMO_DIR/manager.pid")" 2>/dev/null; }
+# The pid file outlives the process (a machine restart): a pid is the demo's manager only if its
+# command line is this instance's (proc_pid checks the plane; the health address is the instance).
+manager_pid() {
+  local pid
+  pid=$(proc_pid "$DEMO_DIR/manager.pid") || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "--health-addr=$HEALTH_ADDR " || return 1
+  echo "$pid"
+}
 
 # The demo's manager, watching the demo's namespace only (idempotent).
 start_manager() {
   log "building the manager"
   cargo build --locked --bin manager
-  if ! manager_running; then
+  if ! manager_pid >/dev/null; then
     log "starting the manager (log: $DEMO_DIR/manager.log)"
-    nohup "$TARGET_DIR/debug/manager" --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
+    start_proc "$DEMO_DIR/manager.pid" "$DEMO_DIR/manager.log" \
+      "$TARGET_DIR/debug/manager" --kubeconfig="$KUBECONFIG" --health-addr="$HEALTH_ADDR" \
       --diagnostics-address="$DIAGNOSTICS_ADDR" \
       --namespace="$NAMESPACE" \
       --docker-network="capd-rs-$NAME" \
-      --container-label="$DEMO_LABEL" >>"$DEMO_DIR/manager.log" 2>&1 &
-    echo $! >"$DEMO_DIR/manager.pid"
+      --container-label="$DEMO_LABEL"
   fi
   wait_for 60 "manager ready on $HEALTH_ADDR" curl -sf "http://$HEALTH_ADDR/readyz"
 }
@@ -54,10 +61,8 @@ down() {
     log "deleting cluster $CLUSTER (machines, load balancer, containers)"
     "$KUBECTL" delete cluster "$CLUSTER" -n "$NAMESPACE" --timeout=180s
   fi
-  if manager_running; then
-    log "stopping the manager"
-    kill -TERM "$(cat "$DEMO_DIR/manager.pid")"
-    wait_for 30 "manager exit" bash -c "! kill -0 $(cat "$DEMO_DIR/manager.pid") 2>/dev/null"
+  if manager_pid >/dev/null; then
+    stop_proc "$DEMO_DIR/manager.pid" "the manager" 30
   fi
   rm -f "$DEMO_DIR/manager.pid"
   docker network ls -q --filter "label=$DEMO_LABEL" | xargs -r docker network rm >/dev/null
@@ -74,7 +79,7 @@ hack/capi.sh up
 
 "$KUBECTL" create namespace "$NAMESPACE" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null
 # A fresh log for a fresh manager: tests/demo.rs reads what this one reconciled.
-manager_running || : >"$DEMO_DIR/manager.log"
+manager_pid >/dev/null || : >"$DEMO_DIR/manager.log"
 start_manager
 
 if [[ $FLAVOR == light ]]; then

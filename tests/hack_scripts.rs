@@ -110,6 +110,37 @@ fn a_process_that_exits_instead_of_getting_ready_is_replaced() {
     );
 }
 
+/// A demo's pid file outlives its manager (a machine restart), and the pid may since belong to
+/// another process: `hack/demo.sh down` used to take that process for the manager, send it
+/// SIGTERM, and (in `up`) wait a minute for a manager it had not started. Only a process whose
+/// command line is this demo instance's manager is the manager.
+#[test]
+fn a_demo_pid_file_naming_another_process_is_not_the_manager() {
+    let script = r#"
+        source hack/lib.sh
+        dir="$PLANE_DIR/hack-test-demo"
+        mkdir -p "$dir"
+        sleep 30 &
+        other=$!
+        echo "$other" > "$dir/manager.pid"
+        DEMO_NAME=hack-test-demo bash hack/demo.sh down > /dev/null 2>&1 || true
+        echo "other $(kill -0 "$other" 2>/dev/null && echo alive || echo signalled)"
+        echo "pidfile $([[ -f $dir/manager.pid ]] && echo kept || echo removed)"
+        kill "$other" 2>/dev/null || true
+    "#;
+    let (got, output) = bash_key_values(script);
+    assert_eq!(
+        got.get("other").map(String::as_str),
+        Some("alive"),
+        "{output}"
+    );
+    assert_eq!(
+        got.get("pidfile").map(String::as_str),
+        Some("removed"),
+        "{output}"
+    );
+}
+
 /// The e2e tests look for the binaries hack/lib.sh builds by version (clusterctl under
 /// `capi-v<CAPI_VERSION>`, the node image `kindest/node:v<K8S_VERSION>`): a default changed in
 /// one place only would send them after a build that does not exist.
