@@ -13,8 +13,9 @@
 #                              to all Machines Running (real CAPI core, CABPK and KCP)
 # Settings (environment):
 #   BENCH_SUBJECTS   any of floor,capd-rs,upstream (default: all three)
-#   BENCH_ROUNDS     rounds per N (default 1); each rotates the subjects' order, and the report
-#                    takes each subject's median round
+#   BENCH_ROUNDS     rounds per N (default 1); round r runs the subjects in row r of a Williams
+#                    design (balanced at 6 rounds for three subjects, 2 for two), and each ratio
+#                    is the median of the rounds' own ratios, with their range
 #   BENCH_DROP_CACHES  1 (default): sync and drop the kernel's clean caches before each phase,
 #                    so that each starts from the same state (see xtask/src/bench/process.rs)
 #   BENCH_IDLE       seconds of steady state observed with the machines provisioned (default 20)

@@ -57,8 +57,8 @@ pub struct Config {
     pub kubeconfig: PathBuf,
     pub ns: Vec<usize>,
     pub subjects: Vec<String>,
-    /// Rounds per load; round r runs the subjects in their order rotated by r. The report
-    /// takes each subject's median round.
+    /// Rounds per load; round r runs the subjects in row r of a Williams design
+    /// ([`williams`]). The report divides each round's pair and takes the median of those.
     pub rounds: usize,
     /// Drop the kernel's clean caches before each phase (`process::settle`), so that every
     /// phase starts from the same state.
@@ -203,7 +203,7 @@ impl Bench {
                 self.cfg.rounds.max(1)
             };
             for round in 0..rounds {
-                for subject in rotated(&subjects, round) {
+                for subject in williams(&subjects, round) {
                     // An interrupt ends the phase inside `one`, which still cleans up after itself.
                     let run = Run {
                         round,
@@ -741,13 +741,34 @@ impl Bench {
     }
 }
 
-/// `subjects` rotated left by `round`: round 0 keeps the order.
-fn rotated<'a>(subjects: &[&'a str], round: usize) -> Vec<&'a str> {
-    let mut v = subjects.to_vec();
-    if let Some(k) = round.checked_rem(subjects.len()) {
-        v.rotate_left(k);
+/// The subjects' order in `round`: row `round` of a Williams design. Over every
+/// [`williams_rows`] rounds each subject runs in each position equally often and directly after
+/// each other subject equally often, so neither a position nor what ran before (a warm cache, an
+/// engine still busy removing) favours one subject. Row 0 keeps the given order.
+pub fn williams<'a>(subjects: &[&'a str], round: usize) -> Vec<&'a str> {
+    let n = subjects.len();
+    if n == 0 {
+        return Vec::new();
     }
-    v
+    // The first row 0, 1, n-1, 2, n-2, ...; row r adds r (mod n); with an odd n the second n
+    // rows are the first n reversed, which balances the carry-over.
+    let first = (0..n).map(|j| match j {
+        0 => 0,
+        j if j % 2 == 1 => j.div_ceil(2),
+        j => n - j / 2,
+    });
+    let row = round % williams_rows(n);
+    let mut order: Vec<&str> = first.map(|k| subjects[(k + row) % n]).collect();
+    if row >= n {
+        order.reverse();
+    }
+    order
+}
+
+/// How many rounds make a balanced Williams design for `n` subjects: n when n is even, 2n when
+/// it is odd (three subjects: six rounds).
+pub fn williams_rows(n: usize) -> usize {
+    if n % 2 == 1 && n > 1 { 2 * n } else { n.max(1) }
 }
 
 fn cpu_delta(
@@ -845,12 +866,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_round_rotates_the_order_so_every_subject_follows_each_other() {
+    fn a_full_williams_cycle_balances_positions_and_predecessors() {
         let s = [FLOOR, CAPD_RS, UPSTREAM];
-        assert_eq!(rotated(&s, 0), [FLOOR, CAPD_RS, UPSTREAM]);
-        assert_eq!(rotated(&s, 1), [CAPD_RS, UPSTREAM, FLOOR]);
-        assert_eq!(rotated(&s, 2), [UPSTREAM, FLOOR, CAPD_RS]);
-        assert_eq!(rotated(&s, 3), s);
-        assert!(rotated(&[], 1).is_empty());
+        assert_eq!(williams(&s, 0), s, "row 0 keeps the order");
+        assert_eq!(williams_rows(3), 6);
+        assert_eq!(williams(&s, 6), s, "the cycle repeats");
+        assert!(williams(&[], 1).is_empty());
+        let names = ["a", "b", "c", "d", "e"];
+        for n in 1..=5 {
+            let subjects = &names[..n];
+            let rows = williams_rows(n);
+            let mut position = BTreeMap::new();
+            let mut follows = BTreeMap::new();
+            for round in 0..rows {
+                let order = williams(subjects, round);
+                let mut sorted = order.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, subjects, "each round runs every subject once");
+                for (i, s) in order.iter().enumerate() {
+                    *position.entry((i, *s)).or_insert(0) += 1;
+                }
+                for w in order.windows(2) {
+                    *follows.entry((w[0], w[1])).or_insert(0) += 1;
+                }
+            }
+            // Every subject in every position, and after every other subject, equally often.
+            assert_eq!(position.len(), n * n, "n={n}: {position:?}");
+            let once = rows / n;
+            assert!(position.values().all(|c| *c == once), "n={n}: {position:?}");
+            assert_eq!(follows.len(), n * (n - 1), "n={n}: {follows:?}");
+            let counts: Vec<i32> = follows.values().copied().collect();
+            assert!(
+                counts.windows(2).all(|w| w[0] == w[1]),
+                "n={n}: {follows:?}"
+            );
+        }
     }
 }

@@ -131,20 +131,60 @@ pub fn percentile(values: &[f64], p: f64) -> f64 {
     v[rank.clamp(1, v.len()) - 1]
 }
 
+/// True median (the mean of the two middle values for an even count); 0 for none.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// A goal as a ratio: measured value, the bound, whether it holds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ratio {
     pub what: String,
+    /// With several rounds, the median of the per-round ratios (each round's pair divided,
+    /// never one subject's median round by the other's).
     pub value: f64,
     pub bound: f64,
     /// The best ratio any provider could reach in this run, where the floor sets one (the
     /// floor's own time against upstream's): a bound below it cannot be met here.
     pub reachable: Option<f64>,
+    /// The lowest and highest per-round ratio, and how many rounds were paired (one: no spread).
+    pub spread: Option<(f64, f64, usize)>,
 }
 
 impl Ratio {
     pub fn holds(&self) -> bool {
         self.value <= self.bound
+    }
+
+    /// A ratio of the per-round ratios `rounds`: their median, and their range when there
+    /// are several.
+    fn paired(what: String, rounds: &[f64], bound: f64) -> Self {
+        let spread = (rounds.len() > 1).then(|| {
+            let lo = rounds.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = rounds.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (lo, hi, rounds.len())
+        });
+        Ratio {
+            what,
+            value: median(rounds),
+            bound,
+            reachable: None,
+            spread,
+        }
+    }
+
+    /// The spread as the goals table shows it: "min–max (k rounds)", or "one round".
+    pub fn spread_text(&self) -> String {
+        match self.spread {
+            Some((lo, hi, k)) => format!("{lo:.2}–{hi:.2} ({k} rounds)"),
+            None => "one round".into(),
+        }
     }
 
     /// "met", "missed", or why missing it says nothing about the provider.
@@ -165,6 +205,22 @@ impl Report {
     pub fn run(&self, subject: &str, n: usize) -> Option<&Run> {
         let rounds = self.rounds(subject, n);
         rounds.get(rounds.len().saturating_sub(1) / 2).copied()
+    }
+
+    /// `f(a) / f(b)` for every round in which both `a` and `b` ran the light load at `n`, in
+    /// round order: the pairs a ratio is computed from.
+    pub fn paired(&self, a: &str, b: &str, n: usize, f: impl Fn(&Run) -> f64) -> Vec<f64> {
+        let of = |s: &str| -> BTreeMap<usize, &Run> {
+            self.light()
+                .filter(|r| r.subject == s && r.n == n)
+                .map(|r| (r.round, r))
+                .collect()
+        };
+        let (a, b) = (of(a), of(b));
+        a.iter()
+            .filter_map(|(round, ra)| b.get(round).map(|rb| (f(ra), f(rb))))
+            .map(|(x, y)| if y > 0.0 { x / y } else { f64::INFINITY })
+            .collect()
     }
 
     /// Every round of `subject` at `n`, fastest first.
@@ -210,28 +266,27 @@ impl Report {
             value: if b > 0.0 { a / b } else { f64::INFINITY },
             bound,
             reachable: None,
+            spread: None,
         };
+        let last = |r: &Run| r.provision_s;
         for n in self.ns().into_iter().filter(|n| *n >= 10) {
-            let Some(ours) = self.run(CAPD_RS, n) else {
-                continue;
-            };
-            if let Some(up) = self.run(UPSTREAM, n) {
-                let floor = self.run(FLOOR, n);
+            let vs_upstream = self.paired(CAPD_RS, UPSTREAM, n, last);
+            if !vs_upstream.is_empty() {
+                let floor = self.paired(FLOOR, UPSTREAM, n, last);
                 out.push(Ratio {
-                    reachable: floor.map(|f| f.provision_s / up.provision_s),
-                    ..ratio(
+                    reachable: (!floor.is_empty()).then(|| median(&floor)),
+                    ..Ratio::paired(
                         format!("provision time vs upstream, N={n}"),
-                        ours.provision_s,
-                        up.provision_s,
+                        &vs_upstream,
                         0.5,
                     )
                 });
             }
-            if let Some(floor) = self.run(FLOOR, n) {
-                out.push(ratio(
+            let vs_floor = self.paired(CAPD_RS, FLOOR, n, last);
+            if !vs_floor.is_empty() {
+                out.push(Ratio::paired(
                     format!("provision time vs floor, N={n}"),
-                    ours.provision_s,
-                    floor.provision_s,
+                    &vs_floor,
                     1.3,
                 ));
             }
@@ -320,6 +375,7 @@ impl Report {
             what,
             bound,
             reachable: None,
+            spread: None,
         };
         for workload in [IN_MEMORY, IN_MEMORY_PAIRS] {
             let ours = self.in_memory_runs(workload, CAPD_RS);
@@ -472,6 +528,8 @@ impl Report {
                 }
             }
         }
+        s.push_str(&self.paired_markdown());
+        s.push_str(&self.rss_markdown());
         s.push_str(&self.rounds_markdown());
         s.push_str(&self.in_memory_markdown());
         let nodes: Vec<&Run> = [CAPD_RS, UPSTREAM]
@@ -519,17 +577,102 @@ impl Report {
         }
         let ratios = self.ratios();
         if !ratios.is_empty() {
-            s.push_str("\n| goal | ratio | bound | |\n|---|---:|---:|---|\n");
+            s.push_str(
+                "\n| goal | ratio (median of the rounds' own) | min–max | bound | |\n|---|---:|---:|---:|---|\n",
+            );
             for r in ratios {
                 s.push_str(&format!(
-                    "| {} | {:.2} | {:.2} | {} |\n",
+                    "| {} | {:.2} | {} | {:.2} | {} |\n",
                     r.what,
                     r.value,
+                    r.spread_text(),
                     r.bound,
                     r.verdict()
                 ));
             }
         }
+        s
+    }
+
+    /// capd-rs against upstream and the floor, round by round: the last, median and 95th
+    /// percentile machine, each the median of the rounds' own ratios with their range. The last
+    /// machine alone hides how the others finish. Empty without a pair.
+    fn paired_markdown(&self) -> String {
+        let mut rows = String::new();
+        for n in self.ns() {
+            for other in [UPSTREAM, FLOOR] {
+                let cell = |f: fn(&Run) -> f64| {
+                    let v = self.paired(CAPD_RS, other, n, f);
+                    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    (!v.is_empty()).then(|| format!("{:.2} ({lo:.2}–{hi:.2})", median(&v)))
+                };
+                let (Some(last), Some(p50), Some(p95)) = (
+                    cell(|r| r.provision_s),
+                    cell(|r| r.p50_s),
+                    cell(|r| r.p95_s),
+                ) else {
+                    continue;
+                };
+                let k = self.paired(CAPD_RS, other, n, |r| r.provision_s).len();
+                rows.push_str(&format!(
+                    "| {n} | capd-rs / {other} | {k} | {last} | {p50} | {p95} |\n"
+                ));
+            }
+        }
+        if rows.is_empty() {
+            return rows;
+        }
+        format!(
+            "\ncapd-rs's time over the other subject's in the same round, median of the rounds (min–max):\n\n\
+             | N | ratio | rounds | last machine | median machine | 95th percentile machine |\n\
+             |---:|---|---:|---:|---:|---:|\n{rows}"
+        )
+    }
+
+    /// Peak RSS as a line over N, per subject (least squares over its median rounds): the fixed
+    /// baseline and what each machine adds. One N: nothing to fit.
+    pub fn rss_lines(&self) -> Vec<(String, f64, f64)> {
+        let mut out = Vec::new();
+        for subject in [CAPD_RS, UPSTREAM] {
+            let pts: Vec<(f64, f64)> = self
+                .ns()
+                .into_iter()
+                .filter_map(|n| self.run(subject, n))
+                .filter_map(|r| r.peak_rss_mib.map(|m| (r.n as f64, m)))
+                .collect();
+            if pts.len() < 2 {
+                continue;
+            }
+            let k = pts.len() as f64;
+            let (mx, my) = (
+                pts.iter().map(|p| p.0).sum::<f64>() / k,
+                pts.iter().map(|p| p.1).sum::<f64>() / k,
+            );
+            let sxx: f64 = pts.iter().map(|p| (p.0 - mx).powi(2)).sum();
+            if sxx == 0.0 {
+                continue;
+            }
+            let slope = pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx;
+            out.push((subject.to_string(), my - slope * mx, slope));
+        }
+        out
+    }
+
+    fn rss_markdown(&self) -> String {
+        let lines = self.rss_lines();
+        if lines.is_empty() {
+            return String::new();
+        }
+        let mut s = String::from("\nPeak RSS as baseline + slope (least squares over N):");
+        for (subject, base, slope) in &lines {
+            s.push_str(&format!(
+                " {subject} {base:.1} MiB + {:.0} KiB per machine;",
+                slope * 1024.0
+            ));
+        }
+        s.pop();
+        s.push_str(".\n");
         s
     }
 
@@ -691,6 +834,80 @@ mod tests {
             ..Default::default()
         };
         assert!(!single.markdown().contains("Every round"));
+    }
+
+    #[test]
+    fn ratios_divide_each_rounds_pair_not_one_median_by_another() {
+        let at = |subject: &str, round: usize, secs: f64, p50: f64| Run {
+            round,
+            p50_s: p50,
+            p95_s: secs,
+            ..run(subject, 10, secs, None, None)
+        };
+        let report = Report {
+            runs: vec![
+                at(CAPD_RS, 0, 4.0, 3.0),
+                at(UPSTREAM, 0, 10.0, 6.0),
+                at(CAPD_RS, 1, 6.0, 5.0),
+                at(UPSTREAM, 1, 10.0, 6.0),
+                at(CAPD_RS, 2, 5.0, 4.0),
+                at(UPSTREAM, 2, 8.0, 8.0),
+                // A round upstream did not finish pairs with nothing.
+                at(CAPD_RS, 3, 1.0, 1.0),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            report.paired(CAPD_RS, UPSTREAM, 10, |r| r.provision_s),
+            [0.4, 0.6, 0.625]
+        );
+        let r = &report.ratios()[0];
+        assert_eq!(r.what, "provision time vs upstream, N=10");
+        // The medians' ratio (5 / 10) would say the goal is met.
+        assert_eq!(r.value, 0.6);
+        assert_eq!(r.verdict(), "missed");
+        assert_eq!(r.spread_text(), "0.40–0.62 (3 rounds)");
+        let md = report.markdown();
+        assert!(
+            md.contains(
+                "| provision time vs upstream, N=10 | 0.60 | 0.40–0.62 (3 rounds) | 0.50 | missed |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 10 | capd-rs / upstream | 3 | 0.60 (0.40–0.62) | 0.50 (0.50–0.83) | 0.60 (0.40–0.62) |"),
+            "{md}"
+        );
+        assert_eq!(median(&[1.0, 4.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    #[test]
+    fn peak_rss_is_split_into_baseline_and_per_machine_slope() {
+        let report = Report {
+            runs: vec![
+                run(CAPD_RS, 10, 1.0, Some(20.0), None),
+                run(CAPD_RS, 100, 2.0, Some(29.0), None),
+                run(UPSTREAM, 10, 1.0, Some(70.0), None),
+                run(UPSTREAM, 100, 2.0, Some(88.0), None),
+            ],
+            ..Default::default()
+        };
+        let lines = report.rss_lines();
+        let (subject, base, slope) = &lines[0];
+        assert_eq!(subject, CAPD_RS);
+        assert!(
+            (base - 19.0).abs() < 1e-9 && (slope - 0.1).abs() < 1e-9,
+            "{lines:?}"
+        );
+        assert!((lines[1].2 - 0.2).abs() < 1e-9, "{lines:?}");
+        assert!(
+            report.markdown().contains(
+                "capd-rs 19.0 MiB + 102 KiB per machine; upstream 68.0 MiB + 205 KiB per machine."
+            ),
+            "{}",
+            report.markdown()
+        );
     }
 
     #[test]
