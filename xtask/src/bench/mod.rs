@@ -488,9 +488,11 @@ impl Bench {
     }
 
     async fn reading(&self, manager: &Manager) -> Result<Reading> {
+        let (requests, errors) = manager.counters().await?;
         Ok(Reading {
             usage: manager.usage(),
-            api_total: manager.api_requests().await?.values().sum(),
+            api_total: requests.values().sum(),
+            errors_total: errors.values().sum(),
             docker: self.counter.snapshot(),
         })
     }
@@ -549,7 +551,6 @@ impl Bench {
                 log,
                 format!("http://127.0.0.1:{port}/readyz"),
                 format!("http://127.0.0.1:{metrics}/metrics"),
-                process::CLIENT_GO_REQUESTS,
             )
             .await
         } else {
@@ -575,7 +576,6 @@ impl Bench {
                 log,
                 format!("http://127.0.0.1:{port}/readyz"),
                 format!("http://127.0.0.1:{metrics}/metrics"),
-                process::CAPD_RS_REQUESTS,
             )
             .await
         }
@@ -785,6 +785,7 @@ fn cpu_delta(
 struct Reading {
     usage: Usage,
     api_total: u64,
+    errors_total: u64,
     docker: BTreeMap<String, u64>,
 }
 
@@ -806,6 +807,7 @@ fn with_manager(
             .map(|(i, window)| 100.0 * (i.usage.cpu_s - after.usage.cpu_s) / window.as_secs_f64()),
         api_requests: Some(after.api_total - before.api_total),
         idle_api_requests: idle.map(|(i, _)| i.api_total - after.api_total),
+        reconcile_errors: Some(after.errors_total - before.errors_total),
         ..run
     }
 }

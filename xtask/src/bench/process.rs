@@ -1,6 +1,6 @@
 //! The manager under test as a process: started with the flags its subject needs, read from
-//! `/proc` (peak RSS, CPU seconds) and from its own `/metrics` (Kubernetes API requests), and
-//! stopped with SIGTERM.
+//! `/proc` (peak RSS, CPU seconds) and from its own `/metrics` (Kubernetes API requests, failed
+//! reconciles), and stopped with SIGTERM.
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
@@ -11,30 +11,30 @@ use std::{
 use anyhow::{Context, Result, bail};
 use tokio::process::{Child, Command};
 
-/// How a manager reports its Kubernetes API requests on `/metrics`: the metric and the label
-/// that holds the verb or method.
+/// A counter on `/metrics` and the label its samples are summed by.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestMetric {
     pub name: &'static str,
     pub label: &'static str,
 }
 
-/// capd-rs: one counter per request, by verb.
-pub const CAPD_RS_REQUESTS: RequestMetric = RequestMetric {
-    name: "capd_kube_api_requests_total",
-    label: "verb",
-};
-/// controller-runtime's client-go adapter: by HTTP method.
+/// Kubernetes API requests as client-go counts them (one per response, by HTTP method). Both
+/// managers export it (capd-rs beside its own per-verb series), so both are read with one
+/// instrument.
 pub const CLIENT_GO_REQUESTS: RequestMetric = RequestMetric {
     name: "rest_client_requests_total",
     label: "method",
+};
+/// Failed reconciles as controller-runtime counts them, by controller; capd-rs exports the same.
+pub const RECONCILE_ERRORS: RequestMetric = RequestMetric {
+    name: "controller_runtime_reconcile_errors_total",
+    label: "controller",
 };
 
 pub struct Manager {
     child: Child,
     pub pid: u32,
     metrics_url: String,
-    requests: RequestMetric,
     pub log: PathBuf,
 }
 
@@ -48,7 +48,6 @@ impl Manager {
         log: PathBuf,
         ready_url: String,
         metrics_url: String,
-        requests: RequestMetric,
     ) -> Result<Self> {
         let out =
             std::fs::File::create(&log).with_context(|| format!("create {}", log.display()))?;
@@ -86,7 +85,6 @@ impl Manager {
             child,
             pid,
             metrics_url,
-            requests,
             log,
         })
     }
@@ -95,10 +93,13 @@ impl Manager {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Kubernetes API requests so far, by verb or method.
-    pub async fn api_requests(&self) -> Result<BTreeMap<String, u64>> {
+    /// Kubernetes API requests so far (by method) and failed reconciles so far (by controller).
+    pub async fn counters(&self) -> Result<(BTreeMap<String, u64>, BTreeMap<String, u64>)> {
         let text = get(&self.metrics_url).await?;
-        Ok(sum_by(&text, self.requests))
+        Ok((
+            sum_by(&text, CLIENT_GO_REQUESTS),
+            sum_by(&text, RECONCILE_ERRORS),
+        ))
     }
 
     pub fn usage(&self) -> Usage {
@@ -341,10 +342,15 @@ mod tests {
             sum_by(text, CLIENT_GO_REQUESTS),
             BTreeMap::from([("GET".to_string(), 12), ("POST".into(), 3)])
         );
-        let ours = "capd_kube_api_requests_total{kind=\"DockerMachine\",verb=\"patch\"} 4\ncapd_kube_api_requests_total{kind=\"Machine\",verb=\"get\"} 1\n";
+        let errors = "controller_runtime_reconcile_errors_total{controller=\"dockermachine\"} 4\n\
+            controller_runtime_reconcile_errors_total{controller=\"dockercluster\"} 1\n\
+            controller_runtime_reconcile_total{controller=\"dockermachine\",result=\"error\"} 4\n";
         assert_eq!(
-            sum_by(ours, CAPD_RS_REQUESTS),
-            BTreeMap::from([("get".to_string(), 1), ("patch".into(), 4)])
+            sum_by(errors, RECONCILE_ERRORS),
+            BTreeMap::from([
+                ("dockercluster".to_string(), 1),
+                ("dockermachine".into(), 4)
+            ])
         );
     }
 

@@ -62,6 +62,10 @@ pub struct Run {
     pub api_requests: Option<u64>,
     /// ... and during the idle window.
     pub idle_api_requests: Option<u64>,
+    /// Failed reconciles (controller-runtime's counter, which both managers export) from
+    /// creating the DockerMachines to all bootstrapped: work a subject repeats, beside its time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile_errors: Option<u64>,
     /// Docker Engine calls (counted on the wire) from creating the DockerMachines to all
     /// bootstrapped, by operation.
     pub docker_calls: BTreeMap<String, u64>,
@@ -530,6 +534,7 @@ impl Report {
         }
         s.push_str(&self.paired_markdown());
         s.push_str(&self.rss_markdown());
+        s.push_str(&self.errors_markdown());
         s.push_str(&self.rounds_markdown());
         s.push_str(&self.in_memory_markdown());
         let nodes: Vec<&Run> = [CAPD_RS, UPSTREAM]
@@ -657,6 +662,31 @@ impl Report {
             out.push((subject.to_string(), my - slope * mx, slope));
         }
         out
+    }
+
+    /// Failed reconciles while provisioning, per N and subject (median round): a subject that
+    /// retries errors pays for them in its time and its requests.
+    fn errors_markdown(&self) -> String {
+        let mut parts = Vec::new();
+        for n in self.ns() {
+            let of: Vec<String> = [CAPD_RS, UPSTREAM]
+                .iter()
+                .filter_map(|s| {
+                    let r = self.run(s, n)?;
+                    Some(format!("{s} {}", r.reconcile_errors?))
+                })
+                .collect();
+            if !of.is_empty() {
+                parts.push(format!("N={n}: {}", of.join(", ")));
+            }
+        }
+        if parts.is_empty() {
+            return String::new();
+        }
+        format!(
+            "\nFailed reconciles while provisioning (controller_runtime_reconcile_errors_total): {}.\n",
+            parts.join("; ")
+        )
     }
 
     fn rss_markdown(&self) -> String {
@@ -893,6 +923,21 @@ mod tests {
             ],
             ..Default::default()
         };
+        assert!(
+            !report.markdown().contains("Failed reconciles"),
+            "none counted"
+        );
+        let mut counted = report.clone();
+        for r in &mut counted.runs {
+            r.reconcile_errors = Some(if r.subject == UPSTREAM { 240 } else { 0 });
+        }
+        assert!(
+            counted.markdown().contains(
+                "Failed reconciles while provisioning (controller_runtime_reconcile_errors_total): N=10: capd-rs 0, upstream 240; N=100: capd-rs 0, upstream 240."
+            ),
+            "{}",
+            counted.markdown()
+        );
         let lines = report.rss_lines();
         let (subject, base, slope) = &lines[0];
         assert_eq!(subject, CAPD_RS);
