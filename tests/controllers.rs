@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use capd::{
     api::{DockerCluster, DockerMachine, conditions::ConditionStatus},
-    docker::{ContainerRuntime, labels},
+    docker::{ContainerRuntime, engine::BollardRuntime, labels},
 };
 use common::*;
 use kube::{
@@ -779,6 +779,26 @@ async fn stopped_lb_restarts_removed_node_is_reported_and_deletion_survives_a_mi
     .await;
 }
 
+/// Bootstrap data shaped like CABPK's: the long command and the sentinel are one runcmd entry
+/// (`kubeadm init ... && echo success > sentinel`), so the step in flight when a manager dies
+/// still completes inside the node. The step runs until the test lets it finish (`/tmp/go`), so
+/// a kill lands while it runs however slow the machine; `/etc/starts` counts its runs.
+const SLOW_BOOTSTRAP: &str = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- until [ -e /tmp/go ]; do sleep 0.2; done && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
+
+/// Until `machine` runs the long step of [`SLOW_BOOTSTRAP`]. The steps run in one exec, so the
+/// condition cannot say which one runs; the node can: the first runcmd entry has written
+/// /etc/starts.
+async fn slow_step_running(r: &TestEnvRef, docker: &BollardRuntime, ns: &str, machine: &str) {
+    eventually(LONG, "the slow bootstrap step running", || async {
+        r.docker_machine(ns, machine).await.filter(|dm| {
+            dm.cond("BootstrapCompleted")
+                .is_some_and(|c| c.reason == "Bootstrapping")
+        })?;
+        (exec(docker, machine, "test -f /etc/starts").await.0 == 0).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manager_restart_mid_provisioning_creates_no_duplicates() {
     let mut env = TestEnv::new("restart").await;
@@ -791,30 +811,16 @@ async fn manager_restart_mid_provisioning_creates_no_duplicates() {
             let name = format!("{id}-c");
             let cp = format!("{name}-cp");
             let r = env.handle();
-            // Shaped like CABPK's data: the long command and the sentinel are one runcmd entry
-            // (`kubeadm init ... && echo success > sentinel`), so the step in flight when the
-            // manager dies still completes inside the node, and the new manager must not start
-            // it again. The step runs until the test lets it finish (/tmp/go), so the kill below
-            // lands while it runs and the new manager is seen waiting for it, however slow the
-            // machine.
-            let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- until [ -e /tmp/go ]; do sleep 0.2; done && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
-
+            // The step in flight when the manager dies still completes inside the node, and the
+            // new manager must not start it again (see SLOW_BOOTSTRAP).
             r.namespace("a").await;
             r.provisioned_cluster(&ns, &name).await;
-            r.create_secret(&ns, "slow", Some(slow), None).await;
+            r.create_secret(&ns, "slow", Some(SLOW_BOOTSTRAP), None)
+                .await;
             r.create_machine(&ns, &name, &cp, true, Some("slow"), node_spec())
                 .await;
             let docker = docker().await;
-            // The steps run in one exec, so the condition cannot say which one runs; the node
-            // can: the first runcmd entry has written /etc/starts.
-            eventually(LONG, "the slow bootstrap step running", || async {
-                r.docker_machine(&ns, &cp).await.filter(|dm| {
-                    dm.cond("BootstrapCompleted")
-                        .is_some_and(|c| c.reason == "Bootstrapping")
-                })?;
-                (exec(&docker, &cp, "test -f /etc/starts").await.0 == 0).then_some(())
-            })
-            .await;
+            slow_step_running(&r, &docker, &ns, &cp).await;
             // Kill -9 in the middle of bootstrap (the step is still running: no sentinel yet),
             // then start a new manager.
             let node_id = inspect(&docker, &cp).await.unwrap().id;
@@ -896,23 +902,15 @@ async fn a_bootstrap_a_killed_manager_recorded_but_never_ran_runs_once_on_the_ne
             let name = format!("{id}-c");
             let (held, queued) = (format!("{name}-held"), format!("{name}-queued"));
             let r = env.handle();
-            let slow = "#cloud-config\nruncmd:\n- echo started >> /etc/starts\n- until [ -e /tmp/go ]; do sleep 0.2; done && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
             let quick = "#cloud-config\nruncmd:\n- echo started >> /etc/starts && mkdir -p /run/cluster-api && touch /run/cluster-api/bootstrap-success.complete\n";
             r.namespace("a").await;
             r.provisioned_cluster(&ns, &name).await;
-            r.create_secret(&ns, "slow", Some(slow), None).await;
+            r.create_secret(&ns, "slow", Some(SLOW_BOOTSTRAP), None).await;
             r.create_secret(&ns, "quick", Some(quick), None).await;
             let docker = docker().await;
             r.create_machine(&ns, &name, &held, true, Some("slow"), node_spec())
                 .await;
-            eventually(LONG, "the held machine's slow step running", || async {
-                r.docker_machine(&ns, &held).await.filter(|dm| {
-                    dm.cond("BootstrapCompleted")
-                        .is_some_and(|c| c.reason == "Bootstrapping")
-                })?;
-                (exec(&docker, &held, "test -f /etc/starts").await.0 == 0).then_some(())
-            })
-            .await;
+            slow_step_running(&r, &docker, &ns, &held).await;
             r.create_machine(&ns, &name, &queued, true, Some("quick"), node_spec())
                 .await;
             let recorded = eventually(LONG, "the queued machine's start recorded, waiting for the slot", || async {

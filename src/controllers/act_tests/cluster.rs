@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use http::Method;
 use serde_json::json;
 
-use super::scenario::{self as sc, Scenario, condition, finalizers};
+use super::scenario::{self as sc, Scenario, condition, condition_message, finalizers};
 use crate::{
     api::DockerCluster,
     controllers::docker_cluster,
@@ -213,17 +213,8 @@ async fn a_missing_haproxy_template_blocks_the_load_balancer_with_a_reason() {
     let stored = s.json::<DockerCluster>("c");
     let (status, reason) = condition(&stored, "LoadBalancerAvailable").unwrap();
     assert_eq!((status.as_str(), reason.as_str()), ("False", "InvalidSpec"));
-    let message = stored["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "LoadBalancerAvailable")
-        .unwrap()["message"]
-        .clone();
-    assert!(
-        message.as_str().unwrap().contains("ns/no-such-config"),
-        "{message}"
-    );
+    let message = condition_message(&stored, "LoadBalancerAvailable").unwrap();
+    assert!(message.contains("ns/no-such-config"), "{message}");
     assert!(
         s.engine.created().is_empty(),
         "no load balancer from a spec it cannot render"

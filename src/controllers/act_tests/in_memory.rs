@@ -10,7 +10,7 @@ use kube::{Api, Client, api::ListParams};
 use rustls::pki_types::{CertificateDer, pem::PemObject};
 use serde_json::{Value, json};
 
-use super::scenario::{self as sc, Scenario, condition};
+use super::scenario::{self as sc, Scenario, condition, condition_message};
 use crate::{
     api::dev,
     capi::Machine,
@@ -402,13 +402,7 @@ async fn a_kubeconfig_that_cannot_be_read_keeps_the_old_host_and_says_why() {
         condition(&stored, "Ready"),
         Some(("False".into(), "WorkloadKubeconfigRefused".into()))
     );
-    let message = stored["status"]["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap()["message"]
-        .to_string();
+    let message = condition_message(&stored, "Ready").unwrap();
     assert!(message.contains("not a kubeconfig"), "{message}");
     assert!(
         !message.contains("[yaml"),

@@ -6,7 +6,7 @@
 
 use http::Method;
 
-use super::scenario::{self as sc, Scenario, condition, finalizers};
+use super::scenario::{self as sc, Scenario, condition, condition_message, finalizers};
 use crate::{
     api::{DockerCluster, DockerMachine},
     controllers::{docker_cluster, docker_machine, kit::bootstrap_tasks::TaskState},
@@ -176,13 +176,7 @@ async fn a_recorded_start_whose_run_claimed_the_node_is_waited_for_never_run_aga
             condition(&json, "CGroupsReady").map(|c| c.1),
             Some("Bootstrapping".into())
         );
-        let message = json["status"]["conditions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["type"] == "CGroupsReady")
-            .unwrap()["message"]
-            .to_string();
+        let message = condition_message(&json, "CGroupsReady").unwrap();
         assert!(message.contains("it is not re-run"), "{message}");
     }
 }

@@ -209,6 +209,15 @@ pub fn condition(obj: &Value, type_: &str) -> Option<(String, String)> {
         })
 }
 
+/// The message of condition `type_` in a stored object's `status.conditions`.
+pub fn condition_message(obj: &Value, type_: &str) -> Option<String> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| c["message"].as_str().unwrap_or_default().to_string())
+}
+
 pub fn finalizers(obj: &Value) -> Vec<String> {
     obj["metadata"]["finalizers"]
         .as_array()
