@@ -1437,10 +1437,11 @@ async fn a_bootstrap_that_stops_its_node_is_reported_and_not_recreated() {
         let poweroff = "#cloud-config\nruncmd:\n- echo going down\n- kill -TERM 1\n- sleep 30\n";
         env.create_secret(&ns, "poweroff", Some(poweroff), None)
             .await;
+        let node = format!("{name}-m");
+        let created = ContainerEvents::record(&format!("container={node}"), "create");
         let since = unix_now();
         env.create_machine(&ns, &name, "m", false, Some("poweroff"), node_spec())
             .await;
-        let node = format!("{name}-m");
         let dm = eventually(LONG, "m: NodeStoppedDuringBootstrap", || async {
             env.docker_machine(&ns, "m")
                 .await
@@ -1465,12 +1466,7 @@ async fn a_bootstrap_that_stops_its_node_is_reported_and_not_recreated() {
         // Within a minute of the machine's creation its container was created twice: once, and
         // once again (an engine restart stops a node mid-bootstrap too), never more (a loop
         // recreated it every 10-15 s).
-        let until = since + 60;
-        let left = until - unix_now();
-        if left > 0 {
-            tokio::time::sleep(Duration::from_secs(left as u64 + 1)).await;
-        }
-        let creates = container_events(&format!("container={node}"), "create", since, until).len();
+        let creates = created.between(since, since + 60).await.len();
         println!("measured: {creates} container(s) created for m in its first 60 s");
         assert!(creates == 2, "{creates} containers created for m in 60 s");
         assert!(
@@ -1525,6 +1521,7 @@ async fn a_provisioned_node_that_keeps_dying_is_restarted_on_a_backoff_and_repor
         let node = format!("{name}-w0");
         // For a minute, the node's main process dies as soon as it runs (a PID 1 that fails on
         // start): each `die` event wakes the machine's reconcile at once.
+        let started = ContainerEvents::record(&format!("container={node}"), "start");
         let since = unix_now();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         let mut kills = 0;
@@ -1540,7 +1537,7 @@ async fn a_provisioned_node_that_keeps_dying_is_restarted_on_a_backoff_and_repor
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let starts = container_events(&format!("container={node}"), "start", since, unix_now()).len();
+        let starts = started.between(since, unix_now()).await.len();
         println!("measured: {starts} starts of w0 in 60 s while its main process was killed {kills} times");
         // The schedule starts it at 0, 10 and 30 s; the engine's own on-failure retry may add
         // one after each. A start per die event gave dozens.
@@ -1721,12 +1718,13 @@ async fn an_invalid_custom_haproxy_config_is_refused_and_the_lb_keeps_serving() 
         assert!(cfg.contains("custom and valid") && !cfg.contains("bogus"), "the running config is kept: {cfg}");
 
         // Restarted, the LB starts from the config it kept, and stays up: no restart loop.
+        let started = ContainerEvents::record(&format!("container={lb}"), "start");
         let since = unix_now();
         docker_cli(&["restart", "-t", "1", &lb]);
         tokio::time::sleep(Duration::from_secs(20)).await;
         let restarted = inspect(&docker, &lb).await.unwrap();
         assert!(restarted.is_running(), "haproxy runs after a restart");
-        let starts = container_events(&format!("container={lb}"), "start", since, unix_now()).len();
+        let starts = started.between(since, unix_now()).await.len();
         println!("measured: {starts} LB start(s) in the 20 s after a restart");
         assert!(starts <= 2, "{starts} LB starts in 20 s");
         let stats = reqwest::get(format!("http://127.0.0.1:{}/stats", restarted.host_ports["8404/tcp"])).await.unwrap();

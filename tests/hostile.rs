@@ -193,9 +193,9 @@ async fn wait_reason(env: &TestEnvRef, ns: &str, m: &str, type_: &str, reasons: 
 }
 
 /// Container starts (Docker `start` events) per container name since `since`.
-fn starts_since(since: i64, label: &str) -> BTreeMap<String, usize> {
+async fn starts_since(starts: &ContainerEvents, since: i64) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
-    for name in container_events(&format!("label={label}"), "start", since, unix_now()) {
+    for name in starts.between(since, unix_now()).await {
         *counts.entry(name).or_insert(0) += 1;
     }
     counts
@@ -224,8 +224,9 @@ async fn hostile_inputs_are_bounded_reported_and_kept_secret() {
                 }
             })
         };
-        let started = unix_now();
         let label = format!("{TEST_LABEL}={}", env.id);
+        let starts_seen = ContainerEvents::record(&format!("label={label}"), "start");
+        let started = unix_now();
 
         // Cluster a: the machines with bootstrap data of every hostile shape, and a kubeconfig
         // Secret whose user is a program.
@@ -360,7 +361,7 @@ async fn hostile_inputs_are_bounded_reported_and_kept_secret() {
         let dies_since = unix_now();
         docker_cli(&["kill", "--signal", "TERM", &dies]);
         tokio::time::sleep(Duration::from_secs(60)).await;
-        let restarts = starts_since(dies_since, &label).get(&dies).copied().unwrap_or(0);
+        let restarts = starts_since(&starts_seen, dies_since).await.get(&dies).copied().unwrap_or(0);
         assert!(restarts <= 7, "a node that dies at every start was started {restarts} times in 60 s");
         let dm = env.docker_machine(&ns, "m-dies").await.unwrap();
         assert!(!dm.cond_true("Ready"), "a node that keeps dying is not Ready");
@@ -375,14 +376,14 @@ async fn hostile_inputs_are_bounded_reported_and_kept_secret() {
             let during = env.reconciles_of(m) - before;
             assert!(during <= 4, "{m} reconciled {during} times in 30 s at rest");
         }
-        let starts = starts_since(rest_since, &label);
+        let starts = starts_since(&starts_seen, rest_since).await;
         for (container, n) in &starts {
             assert!(
                 *n <= 2 || container.ends_with("m-dies"),
                 "{container} started {n} times in 30 s at rest"
             );
         }
-        let reboot = starts_since(started, &label).get(&format!("{a}-m-reboot")).copied().unwrap_or(0);
+        let reboot = starts_since(&starts_seen, started).await.get(&format!("{a}-m-reboot")).copied().unwrap_or(0);
         assert!(reboot <= 2, "a bootstrap that stops its node was started {reboot} times");
 
         // Memory: within the bound above the idle baseline, the whole time.

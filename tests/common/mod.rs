@@ -918,26 +918,74 @@ pub fn unix_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
-/// The names of the containers matching `filter` (a `docker events --filter` value such as
-/// `container=<name>` or `label=<k>=<v>`) the engine reported an `action` event (`create`,
-/// `start`) for between `since` and `until` (seconds since the epoch; `until` in the past), one
-/// entry per event.
-pub fn container_events(filter: &str, action: &str, since: i64, until: i64) -> Vec<String> {
-    docker_lines(&[
-        "events",
-        "--since",
-        &since.to_string(),
-        "--until",
-        &until.to_string(),
-        "--filter",
-        "type=container",
-        "--filter",
-        filter,
-        "--filter",
-        &format!("event={action}"),
-        "--format",
-        "{{.Actor.Attributes.name}}",
-    ])
+/// The engine's container events of one action (`create`, `start`) for the containers matching
+/// a filter, recorded as they happen. Asked afterwards (`docker events --since --until`), the
+/// engine answers from the last 256 events it keeps, and a busy suite (every exec is three
+/// events) pushes a minute's worth out of that buffer: a count then reads 0.
+pub struct ContainerEvents {
+    child: std::process::Child,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(i64, String)>>>,
+}
+
+impl ContainerEvents {
+    /// Start recording events of `action` for the containers matching `filter` (a
+    /// `docker events --filter` value such as `container=<name>` or `label=<k>=<v>`).
+    pub fn record(filter: &str, action: &str) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("docker")
+            .args([
+                "events",
+                "--since",
+                &unix_now().to_string(),
+                "--filter",
+                "type=container",
+                "--filter",
+                filter,
+                "--filter",
+                &format!("event={action}"),
+                "--format",
+                "{{.Time}} {{.Actor.Attributes.name}}",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("docker events");
+        let out = child.stdout.take().expect("piped");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some((t, name)) = line.split_once(' ')
+                    && let Ok(t) = t.parse()
+                {
+                    sink.lock().unwrap().push((t, name.to_string()));
+                }
+            }
+        });
+        Self { child, seen }
+    }
+
+    /// The names of the containers of the events from `since` to `until` (seconds since the
+    /// epoch), one entry per event; waits until the stream has passed `until`.
+    pub async fn between(&self, since: i64, until: i64) -> Vec<String> {
+        while unix_now() <= until + 1 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(t, _)| (since..=until).contains(t))
+            .map(|(_, name)| name.clone())
+            .collect()
+    }
+}
+
+impl Drop for ContainerEvents {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A DockerCluster's (or DevCluster's) status says provisioned.
