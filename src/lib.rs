@@ -18,8 +18,8 @@
 //! - [`manager`]: flags, start-up order (leader election, Docker, CRDs) and shutdown.
 //! - [`inmemory`]: the in-memory backend's fake workload API server (object store, HTTPS
 //!   listener per cluster), the typed `spec.backend.inMemory` ([`inmemory::spec`]) and the pure
-//!   phase and endpoint decisions of an in-memory machine and cluster ([`inmemory::phases`]);
-//!   not wired to the controllers yet.
+//!   phase and endpoint decisions of an in-memory machine and cluster ([`inmemory::phases`]),
+//!   which the in-memory DevCluster and DevMachine reconcilers act on.
 //!
 //! docs/architecture.md has the module map and one reconcile walked through.
 pub mod api;

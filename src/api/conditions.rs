@@ -1,6 +1,6 @@
 //! `metav1.Condition`-shaped conditions: types, reasons, the desired form a reconcile sets.
 //! Setting them (generation, time, the Ready summary) is the lifecycle's status writer's job
-//! (`controllers::kit::lifecycle::Report`).
+//! (`controllers::kit::report::Report`).
 //!
 //! Our own struct rather than k8s-openapi's: the CRD schema must carry upstream's bounds, and
 //! reasons must be validated the same way.

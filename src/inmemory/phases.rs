@@ -126,7 +126,7 @@ impl Phase {
 }
 
 /// The conditions an in-memory machine's Ready summarises (upstream's, by role).
-pub fn ready_from(control_plane: bool) -> &'static [&'static str] {
+pub const fn ready_from(control_plane: bool) -> &'static [&'static str] {
     if control_plane {
         CONTROL_PLANE_CONDITIONS
     } else {

@@ -1,6 +1,6 @@
 //! The in-memory backend's arms: a DevCluster gets a port and its endpoint, a DevMachine its
 //! phases, and the objects they make are served to a client of the workload cluster.
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::{
     ByteString,
@@ -14,7 +14,7 @@ use super::scenario::{self as sc, Scenario, condition, condition_message};
 use crate::{
     api::dev,
     capi::Machine,
-    controllers::{docker_cluster, docker_machine},
+    controllers::{docker_cluster, docker_machine, wiring},
     inmemory::certs::tests::{RSA_PKCS1, ca_cert},
 };
 
@@ -67,7 +67,8 @@ async fn a_dev_cluster_gets_a_port_of_the_range_and_is_provisioned() {
     s.put(sc::cluster("c", "DevCluster"));
     let dc = s.put(sc::dev_cluster("c", json!({"inMemory": {}})));
 
-    s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+    // Through the manager's own route: the view's backend mark picks the in-memory reconciler.
+    wiring::reconcile_cluster(Arc::new(dc.view_serving(true)), s.ctx.clone())
         .await
         .unwrap();
 
@@ -88,7 +89,7 @@ async fn a_dev_cluster_gets_a_port_of_the_range_and_is_provisioned() {
     // A second cluster finds the range exhausted: Ready says so, nothing is written.
     s.put(sc::cluster("d", "DevCluster"));
     let other = s.put(sc::dev_cluster("d", json!({"inMemory": {}})));
-    s.reconcile::<docker_cluster::Clusters>(other.view_serving(true))
+    s.reconcile::<docker_cluster::InMemoryClusters>(other.view_serving(true))
         .await
         .unwrap();
     let other = s.json::<dev::DevCluster>("d");
@@ -121,12 +122,17 @@ async fn a_control_plane_dev_machine_without_delays_comes_up_in_one_reconcile_an
         .insert(crate::capi::CONTROL_PLANE_LABEL.into(), String::new());
     let dm = s.put(dm);
 
-    s.reconcile::<docker_machine::Machines>(dm.view_serving(true))
+    // Through the manager's own route, as the DevCluster above.
+    wiring::reconcile_machine(Arc::new(dm.view_serving(true)), s.ctx.clone())
         .await
         .unwrap();
 
     let stored = s.json::<dev::DevMachine>("m");
     assert_eq!(stored["spec"]["providerID"], "in-memory://m");
+    assert!(
+        s.engine.created().is_empty(),
+        "a simulated machine has no container"
+    );
     for t in [
         "VMProvisioned",
         "NodeProvisioned",
@@ -189,7 +195,7 @@ async fn a_control_plane_dev_machine_without_delays_comes_up_in_one_reconcile_an
 
     // Deleting the machine takes its Node and Pods away; deleting the cluster, the listener.
     let dm = s.delete::<dev::DevMachine>("m");
-    s.reconcile::<docker_machine::Machines>(dm.view_serving(true))
+    s.reconcile::<docker_machine::InMemoryMachines>(dm.view_serving(true))
         .await
         .unwrap();
     let nodes = Api::<Node>::all(client.clone())
@@ -199,7 +205,7 @@ async fn a_control_plane_dev_machine_without_delays_comes_up_in_one_reconcile_an
     assert!(nodes.items.is_empty());
     s.put(dc.clone());
     let dc = s.delete::<dev::DevCluster>("c");
-    s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+    s.reconcile::<docker_cluster::InMemoryClusters>(dc.view_serving(true))
         .await
         .unwrap();
     assert!(
@@ -228,7 +234,7 @@ async fn a_phase_waits_its_startup_duration() {
     ));
 
     let action = s
-        .reconcile::<docker_machine::Machines>(dm.view_serving(true))
+        .reconcile::<docker_machine::InMemoryMachines>(dm.view_serving(true))
         .await
         .unwrap();
 
@@ -261,7 +267,7 @@ async fn a_bad_in_memory_spec_is_reported_not_acted_on() {
         "w",
         json!({"inMemory": {"vm": {"provisioning": {"startupDuration": "10 parsecs"}}}}),
     ));
-    s.reconcile::<docker_machine::Machines>(dm.view_serving(true))
+    s.reconcile::<docker_machine::InMemoryMachines>(dm.view_serving(true))
         .await
         .unwrap();
     let stored = s.json::<dev::DevMachine>("w");
@@ -280,7 +286,7 @@ async fn the_clusters_endpoint_wins_over_a_port_put_back_on_the_dev_cluster() {
     let dc = copied_endpoint(&s, "127.0.0.1", port);
     let dc = s.put(dc);
 
-    s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+    s.reconcile::<docker_cluster::InMemoryClusters>(dc.view_serving(true))
         .await
         .unwrap();
 
@@ -305,7 +311,7 @@ async fn a_moved_manager_writes_its_host_once_and_keeps_the_clusters_port() {
     let (s, dc, port) = provisioned_elsewhere("10.0.0.9");
 
     let first = s
-        .reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+        .reconcile::<docker_cluster::InMemoryClusters>(dc.view_serving(true))
         .await
         .unwrap();
     assert_eq!(
@@ -321,7 +327,7 @@ async fn a_moved_manager_writes_its_host_once_and_keeps_the_clusters_port() {
         })
     );
     let second = s
-        .reconcile::<docker_cluster::Clusters>(moved.view_serving(true))
+        .reconcile::<docker_cluster::InMemoryClusters>(moved.view_serving(true))
         .await
         .unwrap();
     assert_ne!(
@@ -341,7 +347,7 @@ async fn a_moved_manager_moves_the_kubeconfigs_server_before_the_host() {
     );
     put_kubeconfig(&s, old.into_bytes());
 
-    s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+    s.reconcile::<docker_cluster::InMemoryClusters>(dc.view_serving(true))
         .await
         .unwrap();
     let value = s.get::<Secret>("c-kubeconfig").unwrap().data.unwrap()["value"].clone();
@@ -373,7 +379,7 @@ async fn a_moved_manager_moves_the_kubeconfigs_server_before_the_host() {
     };
     assert_eq!(patches(&s), 1);
     let again = s.get::<dev::DevCluster>("c").unwrap();
-    s.reconcile::<docker_cluster::Clusters>(again.view_serving(true))
+    s.reconcile::<docker_cluster::InMemoryClusters>(again.view_serving(true))
         .await
         .unwrap();
     assert_eq!(patches(&s), 1, "settled: the Secret is written once");
@@ -384,7 +390,7 @@ async fn a_kubeconfig_that_cannot_be_read_keeps_the_old_host_and_says_why() {
     let (s, dc, _) = provisioned_elsewhere("10.0.0.9");
     put_kubeconfig(&s, b"not: [yaml".to_vec());
 
-    s.reconcile::<docker_cluster::Clusters>(dc.view_serving(true))
+    s.reconcile::<docker_cluster::InMemoryClusters>(dc.view_serving(true))
         .await
         .unwrap();
     let after = s.get::<dev::DevCluster>("c").unwrap();

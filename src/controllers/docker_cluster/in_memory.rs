@@ -2,6 +2,11 @@
 //! `spec.controlPlaneEndpoint` once, then `provisioned`. The listener itself starts with the
 //! first control-plane machine's API server (it needs the cluster CA KCP makes after this);
 //! deleting the DevCluster drops the listener and every object of the workload cluster.
+//!
+//! It is one more reconciler behind the same lifecycle as the load balancer's ([`Clusters`]),
+//! sharing its fetch and gate; the view's backend mark picks it.
+use std::sync::Arc;
+
 use k8s_openapi::{ByteString, api::core::v1::Secret};
 use kube::{
     Api, ResourceExt,
@@ -16,12 +21,15 @@ use crate::{
         ApiEndpoint, Initialization,
         conditions::{Desired, reasons, types},
     },
+    api::{DockerCluster, DockerClusterStatus},
     capi::Cluster,
     controllers::{
-        docker_cluster::Clusters,
+        docker_cluster::{Clusters, Delete, FINALIZER},
         kit::{
+            context::Context,
             error::{Error, IN_MEMORY_RETRY, Result},
-            lifecycle::Step,
+            kinds::Kinds,
+            lifecycle::{Decide, Deleted, Facts, Reconciler, Reports, Step},
             workload::kubeconfig,
         },
     },
@@ -32,8 +40,69 @@ use crate::{
 /// Ready here says when no port is left), set by this arm.
 pub const PRIMARY: &str = types::READY;
 
+/// The DevCluster controller of the in-memory backend.
+pub struct InMemoryClusters;
+
+impl Decide for InMemoryClusters {
+    type Object = DockerCluster;
+    /// The owner Cluster.
+    type Fetched = Option<Arc<Cluster>>;
+    type Bound = Arc<Cluster>;
+    type Normal = Arc<Cluster>;
+    type Delete = Delete;
+
+    const FINALIZER: &'static str = FINALIZER;
+    const OWNER_KIND: &'static str = "Cluster";
+
+    fn facts(kind: &str, dc: &DockerCluster, c: &Option<Arc<Cluster>>) -> Facts<Arc<Cluster>> {
+        Clusters::facts(kind, dc, c)
+    }
+
+    fn decide_normal(_: &DockerCluster, _: &Option<Arc<Cluster>>, c: Arc<Cluster>) -> Arc<Cluster> {
+        c
+    }
+
+    fn decide_delete(dc: &DockerCluster, c: &Option<Arc<Cluster>>) -> Delete {
+        Clusters::decide_delete(dc, c)
+    }
+}
+
+impl Reconciler for InMemoryClusters {
+    type Status = DockerClusterStatus;
+
+    const PRIMARY: &'static str = PRIMARY;
+    const DELETING: &'static str = "Deleting the workload cluster's listener and objects";
+    /// Ready is set by the normal arm.
+    const READY_FROM: &'static [&'static str] = &[];
+    const REPORTS: Reports = Reports {
+        primary: PRIMARY,
+        ready_from: None,
+    };
+
+    fn kind(kinds: Kinds) -> &'static str {
+        kinds.cluster
+    }
+
+    fn status(dc: &DockerCluster) -> Option<&DockerClusterStatus> {
+        dc.status.as_ref()
+    }
+
+    async fn fetch(dc: &DockerCluster, ctx: &Context) -> Result<Option<Arc<Cluster>>> {
+        Clusters::fetch(dc, ctx).await
+    }
+
+    async fn normal(step: &mut Step<'_, Self>, cluster: Arc<Cluster>) -> Result<Action> {
+        normal(step, &cluster).await
+    }
+
+    async fn delete(step: &mut Step<'_, Self>, plan: Delete) -> Result<Deleted> {
+        delete(step, &plan.cluster_name)?;
+        Ok(Deleted::Released)
+    }
+}
+
 /// The normal arm: reserve the port, write the endpoint once, say provisioned.
-pub async fn normal(step: &mut Step<'_, Clusters>, cluster: &Cluster) -> Result<Action> {
+async fn normal(step: &mut Step<'_, InMemoryClusters>, cluster: &Cluster) -> Result<Action> {
     let (dc, ctx) = (step.obj, step.ctx);
     let cluster_name = &cluster.name_any();
     let cloud = ctx.in_memory(PRIMARY)?;
@@ -132,7 +201,11 @@ pub async fn normal(step: &mut Step<'_, Clusters>, cluster: &Cluster) -> Result<
 /// kubeconfig once, so neither follows the move by itself. The write is guarded by the Secret's
 /// resourceVersion. A cluster with no kubeconfig yet has nothing to rewrite. Upstream retries
 /// until the Secret exists, but a Cluster without a control-plane provider never gets one.
-async fn move_kubeconfig(step: &Step<'_, Clusters>, cluster: &str, server: &str) -> Result<()> {
+async fn move_kubeconfig(
+    step: &Step<'_, InMemoryClusters>,
+    cluster: &str,
+    server: &str,
+) -> Result<()> {
     let ns = step.obj.namespace().unwrap_or_default();
     let name = format!("{cluster}-kubeconfig");
     let api = Api::<Secret>::namespaced(step.ctx.client.clone(), &ns);
@@ -169,7 +242,7 @@ async fn move_kubeconfig(step: &Step<'_, Clusters>, cluster: &str, server: &str)
 }
 
 /// The delete arm: the workload cluster goes, listener, port and objects.
-pub fn delete(step: &Step<'_, Clusters>, cluster_name: &str) -> Result<()> {
+fn delete(step: &Step<'_, InMemoryClusters>, cluster_name: &str) -> Result<()> {
     let (dc, ctx) = (step.obj, step.ctx);
     let ns = dc.namespace().unwrap_or_default();
     if let Some(cloud) = &ctx.in_memory {

@@ -3,8 +3,11 @@
 //!
 //! fetch (the owner Cluster, from the cache) -> the contract's gate -> normal (the load balancer
 //! and the control-plane endpoint) or delete (the load balancer) -> status. A DevCluster of the
-//! in-memory backend takes the [`in_memory`] arms instead: a port and the endpoint, no container.
+//! in-memory backend has its own reconciler ([`InMemoryClusters`]) behind the same lifecycle: a
+//! port and the endpoint, no container.
 mod in_memory;
+
+pub use in_memory::InMemoryClusters;
 
 use std::sync::Arc;
 
@@ -16,7 +19,7 @@ use super::{
         caches,
         context::Context,
         error::Result,
-        lifecycle::{Decide, Deleted, Facts, Reconciler, Reports, Step},
+        lifecycle::{Decide, Deleted, Facts, Reconciler, Step},
     },
     load_balancer,
 };
@@ -24,7 +27,6 @@ use crate::{
     api::{
         ApiEndpoint, DockerCluster, DockerClusterStatus, Initialization,
         conditions::{Desired, reasons, types},
-        dev::in_memory_backend,
     },
     capi::{self, Cluster},
     controllers::kit::kinds::Kinds,
@@ -46,22 +48,13 @@ pub struct Delete {
     pub cluster: Option<Arc<Cluster>>,
 }
 
-/// What a DockerCluster (DevCluster) with its Cluster does.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Normal {
-    /// The load balancer and the endpoint.
-    LoadBalancer(Arc<Cluster>),
-    /// A DevCluster of the in-memory backend: a port and the endpoint
-    /// (`docker_cluster::in_memory`).
-    InMemory(Arc<Cluster>),
-}
-
 impl Decide for Clusters {
     type Object = DockerCluster;
     /// The owner Cluster.
     type Fetched = Option<Arc<Cluster>>;
     type Bound = Arc<Cluster>;
-    type Normal = Normal;
+    /// The load balancer and the endpoint, for this Cluster.
+    type Normal = Arc<Cluster>;
     type Delete = Delete;
 
     const FINALIZER: &'static str = FINALIZER;
@@ -78,11 +71,8 @@ impl Decide for Clusters {
         }
     }
 
-    fn decide_normal(dc: &DockerCluster, _: &Option<Arc<Cluster>>, c: Arc<Cluster>) -> Normal {
-        match in_memory_backend(&dc.metadata) {
-            Some(_) => Normal::InMemory(c),
-            None => Normal::LoadBalancer(c),
-        }
+    fn decide_normal(_: &DockerCluster, _: &Option<Arc<Cluster>>, c: Arc<Cluster>) -> Arc<Cluster> {
+        c
     }
 
     fn decide_delete(dc: &DockerCluster, cluster: &Option<Arc<Cluster>>) -> Delete {
@@ -110,16 +100,6 @@ impl Reconciler for Clusters {
         dc.status.as_ref()
     }
 
-    fn reports(dc: &DockerCluster) -> Reports {
-        match in_memory_backend(&dc.metadata) {
-            Some(_) => Reports {
-                primary: in_memory::PRIMARY,
-                ready_from: None,
-            },
-            None => Self::REPORTS,
-        }
-    }
-
     async fn fetch(dc: &DockerCluster, ctx: &Context) -> Result<Option<Arc<Cluster>>> {
         let ns = dc.namespace().unwrap_or_default();
         match capi::capi_owner(&dc.metadata, "Cluster") {
@@ -128,19 +108,7 @@ impl Reconciler for Clusters {
         }
     }
 
-    async fn release(dc: &DockerCluster, ctx: &Context) -> Result<()> {
-        let uid = dc.uid().unwrap_or_default();
-        crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
-        Ok(())
-    }
-
-    async fn normal(step: &mut Step<'_, Self>, plan: Normal) -> Result<Action> {
-        let cluster = match plan {
-            Normal::LoadBalancer(cluster) => cluster,
-            Normal::InMemory(cluster) => {
-                return in_memory::normal(step, &cluster).await;
-            }
-        };
+    async fn normal(step: &mut Step<'_, Self>, cluster: Arc<Cluster>) -> Result<Action> {
         let (dc, ctx) = (step.obj, step.ctx);
         let ns = dc.namespace().unwrap_or_default();
         let cluster_name = cluster.name_any();
@@ -196,10 +164,6 @@ impl Reconciler for Clusters {
     }
 
     async fn delete(step: &mut Step<'_, Self>, plan: Delete) -> Result<Deleted> {
-        if in_memory_backend(&step.obj.metadata).is_some() {
-            in_memory::delete(step, &plan.cluster_name)?;
-            return Ok(Deleted::Released);
-        }
         let (dc, ctx) = (step.obj, step.ctx);
         let ns = dc.namespace().unwrap_or_default();
         let uid = dc.uid().unwrap_or_default();

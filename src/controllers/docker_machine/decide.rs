@@ -4,13 +4,18 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
+use super::{FINALIZER, Machines};
+
 use crate::{
     api::{
         DockerCluster, DockerMachine, DockerMachineStatus,
         conditions::{Desired, reasons, types},
     },
     capi::{self, Cluster, Machine},
-    controllers::kit::lifecycle::{Facts, Report},
+    controllers::kit::{
+        lifecycle::{Decide, Facts},
+        report::Report,
+    },
 };
 
 /// The status a DockerMachine reconcile builds.
@@ -46,13 +51,35 @@ impl Bound {
 pub enum Normal {
     /// Not yet: `ContainerProvisioned` says why.
     Wait(Desired),
-    /// A DevMachine of the in-memory backend, with its `spec.backend.inMemory` as JSON: a
-    /// simulated machine, no container (`docker_machine::in_memory`).
-    InMemory(Bound, String),
     /// Provisioned earlier: report the container, bring a stopped one back; never bootstrap again.
     Refresh(Bound),
     /// Create (or adopt) the node container and bootstrap it from this Secret.
     Provision(Bound, String),
+}
+
+/// The pure half of the DockerMachine controller.
+impl Decide for Machines {
+    type Object = DockerMachine;
+    type Fetched = Owners;
+    type Bound = Bound;
+    type Normal = Normal;
+    /// The cluster's name, if known (the Machine and the Cluster may be gone).
+    type Delete = Option<String>;
+
+    const FINALIZER: &'static str = FINALIZER;
+    const OWNER_KIND: &'static str = "Machine";
+
+    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
+        facts(kind, dm, owners)
+    }
+
+    fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> Normal {
+        normal(dm, bound)
+    }
+
+    fn decide_delete(_: &DockerMachine, owners: &Owners) -> Option<String> {
+        owners.cluster_name.clone()
+    }
 }
 
 /// Pure: what the lifecycle's gate reads of a DockerMachine's owners.
@@ -83,9 +110,6 @@ pub fn facts(kind: &str, dm: &DockerMachine, o: &Owners) -> Facts<Bound> {
 
 /// Pure: what a DockerMachine whose Machine and Cluster exist does next.
 pub fn normal(dm: &DockerMachine, bound: Bound) -> Normal {
-    if let Some(spec) = crate::api::dev::in_memory_backend(&dm.metadata) {
-        return Normal::InMemory(bound, spec.to_string());
-    }
     if !bound.cluster.infrastructure_provisioned() {
         return Normal::Wait(Desired::false_(
             types::CONTAINER_PROVISIONED,

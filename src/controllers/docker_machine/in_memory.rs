@@ -7,6 +7,9 @@
 //! restart the store is empty and is rebuilt at once), then provisions the phases that came
 //! due, reports one condition per phase, and annotates the Machine bootstrapped once its last
 //! phase is up (a restart then skips every delay).
+//!
+//! It is one more reconciler behind the same lifecycle as the node containers' ([`Machines`]),
+//! sharing its fetch and gate; the view's backend mark picks it ([`super::reconcile`]).
 use chrono::Utc;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
@@ -18,12 +21,16 @@ use serde_json::{Value, json};
 
 use crate::{
     api::conditions::{Desired, reasons, types},
+    api::{DockerMachine, DockerMachineStatus, dev::in_memory_backend},
+    capi,
     capi::Machine,
     controllers::{
-        docker_machine::{Bound, Machines},
+        docker_machine::{Bound, FINALIZER, Owners, decide},
         kit::{
+            context::Context,
             error::{Error, IN_MEMORY_RETRY, Result},
-            lifecycle::Step,
+            kinds::Kinds,
+            lifecycle::{Decide, Deleted, Facts, Reconciler, Reports, Step},
         },
     },
     inmemory::{
@@ -39,8 +46,80 @@ use crate::{
 /// VM's before any other).
 pub const PRIMARY: &str = types::VM_PROVISIONED;
 
+/// The DevMachine controller of the in-memory backend.
+pub struct InMemoryMachines;
+
+impl Decide for InMemoryMachines {
+    type Object = DockerMachine;
+    type Fetched = Owners;
+    type Bound = Bound;
+    /// The view's `spec.backend.inMemory`, as JSON.
+    type Normal = (Bound, String);
+    /// The cluster's name, if known (the Machine and the Cluster may be gone).
+    type Delete = Option<String>;
+
+    const FINALIZER: &'static str = FINALIZER;
+    const OWNER_KIND: &'static str = "Machine";
+
+    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
+        decide::facts(kind, dm, owners)
+    }
+
+    fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> (Bound, String) {
+        let spec = in_memory_backend(&dm.metadata).unwrap_or_default();
+        (bound, spec.to_string())
+    }
+
+    fn decide_delete(_: &DockerMachine, owners: &Owners) -> Option<String> {
+        owners.cluster_name.clone()
+    }
+}
+
+impl Reconciler for InMemoryMachines {
+    type Status = DockerMachineStatus;
+
+    const PRIMARY: &'static str = PRIMARY;
+    const DELETING: &'static str = "Deleting the simulated machine";
+    const READY_FROM: &'static [&'static str] = phases::ready_from(false);
+
+    fn kind(kinds: Kinds) -> &'static str {
+        kinds.machine
+    }
+
+    fn status(dm: &DockerMachine) -> Option<&DockerMachineStatus> {
+        dm.status.as_ref()
+    }
+
+    /// A control plane reports the etcd and API server phases too.
+    fn reports(dm: &DockerMachine) -> Reports {
+        Reports {
+            primary: PRIMARY,
+            ready_from: Some(phases::ready_from(
+                dm.labels().contains_key(capi::CONTROL_PLANE_LABEL),
+            )),
+        }
+    }
+
+    async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
+        super::fetch(dm, ctx).await
+    }
+
+    async fn normal(step: &mut Step<'_, Self>, (bound, spec): (Bound, String)) -> Result<Action> {
+        normal(step, &bound, &spec).await
+    }
+
+    async fn delete(step: &mut Step<'_, Self>, cluster_name: Option<String>) -> Result<Deleted> {
+        delete(step, cluster_name.as_deref())?;
+        Ok(Deleted::Released)
+    }
+}
+
 /// The normal arm. `spec` is the view's `spec.backend.inMemory`, as JSON.
-pub async fn normal(step: &mut Step<'_, Machines>, bound: &Bound, spec: &str) -> Result<Action> {
+async fn normal(
+    step: &mut Step<'_, InMemoryMachines>,
+    bound: &Bound,
+    spec: &str,
+) -> Result<Action> {
     let (dm, ctx) = (step.obj, step.ctx);
     let cloud = ctx.in_memory(PRIMARY)?;
     let spec = match serde_json::from_str(spec)
@@ -156,7 +235,7 @@ pub async fn normal(step: &mut Step<'_, Machines>, bound: &Bound, spec: &str) ->
 /// The API server phase: its static Pods, what `kubeadm init` leaves (once per cluster), and
 /// the cluster's listener, which needs the cluster CA KCP made.
 async fn api_server(
-    step: &Step<'_, Machines>,
+    step: &Step<'_, InMemoryMachines>,
     cloud: &Cloud,
     group: &Group,
     bound: &Bound,
@@ -243,7 +322,7 @@ async fn ca_pair(secrets: &Api<Secret>, ns: &str, name: &str) -> Result<(Vec<u8>
 }
 
 /// The delete arm: the machine's Node and static Pods leave the workload cluster.
-pub fn delete(step: &Step<'_, Machines>, cluster_name: Option<&str>) -> Result<()> {
+fn delete(step: &Step<'_, InMemoryMachines>, cluster_name: Option<&str>) -> Result<()> {
     let (dm, ctx) = (step.obj, step.ctx);
     let name = dm.name_any();
     if let Some(cloud) = &ctx.in_memory {

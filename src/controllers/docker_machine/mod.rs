@@ -3,7 +3,8 @@
 //!
 //! fetch ([`Owners`], from the caches) -> the contract's gate -> normal ([`decide::normal`],
 //! pure; then [`provision`]) or delete ([`delete`]) -> status. A DevMachine of the in-memory
-//! backend takes the [`in_memory`] arms instead: a simulated machine, no container.
+//! backend has its own reconciler ([`InMemoryMachines`]) behind the same lifecycle: a simulated
+//! machine, no container.
 mod backends;
 pub mod bootstrap;
 pub mod decide;
@@ -17,16 +18,17 @@ use std::sync::Arc;
 use kube::{ResourceExt, runtime::controller::Action};
 
 pub use decide::{Bound, Normal, Owners, Status};
+pub use in_memory::InMemoryMachines;
 
 use super::kit::{
     caches,
     context::Context,
     error::Result,
     kinds::Kinds,
-    lifecycle::{Decide, Deleted, Facts, Reconciler, Reports, Step},
+    lifecycle::{Deleted, Reconciler, Step},
 };
 use crate::{
-    api::{DockerMachine, DockerMachineStatus, conditions::types, dev::in_memory_backend},
+    api::{DockerMachine, DockerMachineStatus, conditions::types},
     capi,
 };
 
@@ -35,30 +37,6 @@ pub const FINALIZER: &str = "dockermachine.infrastructure.cluster.x-k8s.io";
 
 /// The DockerMachine (DevMachine) controller.
 pub struct Machines;
-
-impl Decide for Machines {
-    type Object = DockerMachine;
-    type Fetched = Owners;
-    type Bound = Bound;
-    type Normal = Normal;
-    /// The cluster's name, if known (the Machine and the Cluster may be gone).
-    type Delete = Option<String>;
-
-    const FINALIZER: &'static str = FINALIZER;
-    const OWNER_KIND: &'static str = "Machine";
-
-    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
-        decide::facts(kind, dm, owners)
-    }
-
-    fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> Normal {
-        decide::normal(dm, bound)
-    }
-
-    fn decide_delete(_: &DockerMachine, owners: &Owners) -> Option<String> {
-        owners.cluster_name.clone()
-    }
-}
 
 impl Reconciler for Machines {
     type Status = DockerMachineStatus;
@@ -82,30 +60,8 @@ impl Reconciler for Machines {
         dm.status.as_ref()
     }
 
-    fn reports(dm: &DockerMachine) -> Reports {
-        match in_memory_backend(&dm.metadata) {
-            Some(_) => Reports {
-                primary: in_memory::PRIMARY,
-                ready_from: Some(crate::inmemory::phases::ready_from(
-                    dm.labels().contains_key(capi::CONTROL_PLANE_LABEL),
-                )),
-            },
-            None => Self::REPORTS,
-        }
-    }
-
     async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
         fetch(dm, ctx).await
-    }
-
-    async fn release(dm: &DockerMachine, ctx: &Context) -> Result<()> {
-        let uid = dm.uid().unwrap_or_default();
-        if let Some(cloud) = &ctx.in_memory {
-            cloud.forget_machine(&uid);
-        }
-        ctx.bootstraps.cancel(&uid);
-        crate::docker::remove_owned_by(ctx.runtime.as_ref(), &uid).await?;
-        Ok(())
     }
 
     async fn normal(step: &mut Step<'_, Self>, plan: Normal) -> Result<Action> {
@@ -114,7 +70,6 @@ impl Reconciler for Machines {
                 step.report.set(&waiting);
                 Ok(Action::requeue(step.ctx.settings.resync))
             }
-            Normal::InMemory(bound, spec) => in_memory::normal(step, &bound, &spec).await,
             Normal::Refresh(bound) => {
                 let Step {
                     obj,
@@ -142,17 +97,13 @@ impl Reconciler for Machines {
     }
 
     async fn delete(step: &mut Step<'_, Self>, cluster_name: Option<String>) -> Result<Deleted> {
-        if in_memory_backend(&step.obj.metadata).is_some() {
-            in_memory::delete(step, cluster_name.as_deref())?;
-            return Ok(Deleted::Released);
-        }
         delete::containers(step.obj, step.fetched, cluster_name.as_deref(), step.ctx).await?;
         Ok(Deleted::Released)
     }
 }
 
 /// The owner Machine, its Cluster and the Cluster's DockerCluster (DevCluster), from the caches.
-async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
+pub(super) async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
     let ns = dm.namespace().unwrap_or_default();
     let Some(owner) = capi::capi_owner(&dm.metadata, "Machine") else {
         return Ok(Owners::default());

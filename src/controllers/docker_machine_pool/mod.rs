@@ -109,10 +109,6 @@ impl Reconciler for Pools {
     }
 
     /// A pool makes no containers: its instances are DockerMachines, which it owns.
-    async fn release(_: &DockerMachinePool, _: &Context) -> Result<()> {
-        Ok(())
-    }
-
     async fn normal(step: &mut Step<'_, Self>, plan: Normal) -> Result<Action> {
         let (dmp, ctx) = (step.obj, step.ctx);
         let s = match plan {

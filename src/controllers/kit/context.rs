@@ -145,6 +145,18 @@ impl Shared {
         .collect()
     }
 
+    /// Remove whatever carries an object's UID: its containers and volumes, a bootstrap task, a
+    /// simulated machine. What an object let go without its owners (deleted before it had one,
+    /// or of a backend this provider does not serve) may have left.
+    pub async fn release(&self, uid: &str) -> Result<()> {
+        if let Some(cloud) = &self.in_memory {
+            cloud.forget_machine(uid);
+        }
+        self.bootstraps.cancel(uid);
+        crate::docker::remove_owned_by(self.runtime.as_ref(), uid).await?;
+        Ok(())
+    }
+
     /// Drop everything kept in memory for an object whose finalizer was just removed.
     pub fn forget(&self, backoff_key: &str, uid: &str) {
         self.backoff.reset(backoff_key);

@@ -131,7 +131,7 @@ mod tests {
             DockerMachineStatus,
             conditions::{Desired, types},
         },
-        controllers::kit::lifecycle::Report,
+        controllers::kit::report::Report,
     };
 
     fn conds(ds: &[Desired]) -> Vec<Condition> {

@@ -1,7 +1,7 @@
 //! What every controller shares: the reconcile [`lifecycle`], the [`context`] (and the services
 //! it holds: [`bootstrap_tasks`], [`workload`] clients), the [`kinds`] of a family, the
-//! [`caches`], [`backoff`], classified [`error`]s, the writes to an object ([`patch`]) and
-//! [`events`]. Nothing here knows a controller.
+//! [`caches`], [`backoff`], classified [`error`]s, the writes to an object ([`patch`]), the
+//! status a reconcile builds ([`report`]) and [`events`]. Nothing here knows a controller.
 pub mod backoff;
 pub mod bootstrap_tasks;
 pub mod caches;
@@ -11,6 +11,7 @@ pub mod events;
 pub mod kinds;
 pub mod lifecycle;
 pub mod patch;
+pub mod report;
 pub mod workload;
 
 use kube::{Resource, ResourceExt};

@@ -12,7 +12,7 @@ use kube::{
     Api, Client, Resource,
     runtime::{
         Controller, WatchStreamExt,
-        controller::Config as ControllerConfig,
+        controller::{Action, Config as ControllerConfig},
         reflector::{self, ObjectRef},
         watcher::{self, Config as WatcherConfig},
     },
@@ -23,18 +23,19 @@ use tracing::{debug, warn};
 use instrument::{error_policy, log_result, reconcile};
 
 use super::{
-    docker_cluster::Clusters,
-    docker_machine::Machines,
+    docker_cluster::{Clusters, InMemoryClusters},
+    docker_machine::{InMemoryMachines, Machines},
     docker_machine_pool::Pools,
     kit::{
         CacheWriters, Context, Shared, backoff,
+        error::Result,
         kinds::{self, Kinds},
     },
 };
 use crate::{
     api::{
         DockerCluster, DockerMachine, DockerMachinePool,
-        dev::{DevCluster, DevMachine, DevMachinePool},
+        dev::{DevCluster, DevMachine, DevMachinePool, in_memory_backend},
     },
     capi::{Cluster, Machine, MachinePool, WATCH_FILTER_LABEL},
     docker::EngineEvent,
@@ -375,7 +376,7 @@ async fn run_family<S, C, M, P>(
         .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown.clone())
         .run(
-            reconcile::<Clusters>,
+            reconcile_cluster,
             |o, e, c| error_policy(c.kinds.cluster, o, e, c),
             ctx.clone(),
         )
@@ -403,7 +404,7 @@ async fn run_family<S, C, M, P>(
         .trigger_backoff(backoff::NoTriggerBackoff)
         .graceful_shutdown_on(shutdown.clone())
         .run(
-            reconcile::<Machines>,
+            reconcile_machine,
             |o, e, c| error_policy(c.kinds.machine, o, e, c),
             ctx.clone(),
         )
@@ -536,6 +537,24 @@ where
 /// The API server ended the watch because its resourceVersion is too old (HTTP 410 Gone).
 fn watch_expired(e: &watcher::Error) -> bool {
     matches!(e, watcher::Error::WatchError(s) if s.code == 410)
+}
+
+/// A cluster's reconcile: the backend its view is marked with picks the reconciler (a DevCluster
+/// of the in-memory backend gets a port; every other one a load balancer).
+pub(crate) async fn reconcile_cluster(dc: Arc<DockerCluster>, ctx: Arc<Context>) -> Result<Action> {
+    match in_memory_backend(&dc.metadata) {
+        Some(_) => reconcile::<InMemoryClusters>(dc, ctx).await,
+        None => reconcile::<Clusters>(dc, ctx).await,
+    }
+}
+
+/// A machine's reconcile, picked as [`reconcile_cluster`]'s (a DevMachine of the in-memory
+/// backend is simulated; every other one is a node container).
+pub(crate) async fn reconcile_machine(dm: Arc<DockerMachine>, ctx: Arc<Context>) -> Result<Action> {
+    match in_memory_backend(&dm.metadata) {
+        Some(_) => reconcile::<InMemoryMachines>(dm, ctx).await,
+        None => reconcile::<Machines>(dm, ctx).await,
+    }
 }
 
 #[cfg(test)]
