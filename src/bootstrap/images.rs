@@ -132,7 +132,10 @@ pub async fn run_plan(
 ) -> Result<(), RunError> {
     let (offset, rest) = plan.runner_part();
     if offset > 0 {
-        if sentinel_exists(rt, container).await {
+        if matches!(
+            super::file_in_node(rt, container, super::SENTINEL_PATH).await,
+            Ok(true)
+        ) {
             return Ok(());
         }
         let total = plan.total();
@@ -195,11 +198,6 @@ pub async fn run_plan(
     })
     .await
     .map_err(renumber)
-}
-
-async fn sentinel_exists(rt: &dyn ContainerRuntime, container: &str) -> bool {
-    let argv = ["test", "-f", super::SENTINEL_PATH].map(String::from);
-    matches!(rt.exec(container, &argv, None).await, Ok(out) if out.success())
 }
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ pub use images::{Plan, Progress, import_argv, run_plan, unique};
 pub use limits::{MAX_DATA_BYTES, MAX_DECODED_BYTES, MAX_YAML_NODES};
 pub use redact::{REDACTED, redact};
 pub use runner::{
-    CLAIM_PATH, PROGRESS_PATH, RunError, StepFailure, TAIL_CHARS, TAIL_LINES, claimed, run,
+    CLAIM_PATH, PROGRESS_PATH, RunError, StepFailure, TAIL_CHARS, TAIL_LINES, file_in_node, run,
     steps_done,
 };
 

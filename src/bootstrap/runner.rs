@@ -313,13 +313,15 @@ async fn take_claim(
     }
 }
 
-/// Whether a bootstrap run claimed `container`'s commands (see [`CLAIM_PATH`]). An exec that
-/// cannot run is an error, never "no claim": that answer lets a manager start the commands.
-pub async fn claimed(
+/// Whether the file at `path` exists in `container` (the sentinel, a claim). An exec that cannot
+/// run is an error, never "no file": a caller that reads no claim from it would start the
+/// commands again.
+pub async fn file_in_node(
     rt: &dyn ContainerRuntime,
     container: &str,
+    path: &str,
 ) -> crate::docker::RuntimeResult<bool> {
-    let argv = ["test", "-f", CLAIM_PATH].map(String::from);
+    let argv = ["test", "-f", path].map(String::from);
     Ok(rt.exec(container, &argv, None).await?.success())
 }
 
@@ -334,9 +336,12 @@ pub async fn steps_done(rt: &dyn ContainerRuntime, container: &str) -> Option<us
     String::from_utf8_lossy(&out.stdout).trim().parse().ok()
 }
 
+/// The sentinel, read where an engine failure leaves the run's own outcome standing.
 async fn sentinel_exists(rt: &dyn ContainerRuntime, container: &str) -> bool {
-    let argv = ["test", "-f", super::SENTINEL_PATH].map(String::from);
-    matches!(rt.exec(container, &argv, None).await, Ok(out) if out.success())
+    matches!(
+        file_in_node(rt, container, super::SENTINEL_PATH).await,
+        Ok(true)
+    )
 }
 
 /// The first word of the line the script writes to stderr when it stops.

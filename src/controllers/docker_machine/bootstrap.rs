@@ -397,7 +397,7 @@ async fn never_began(
     started: DateTime<Utc>,
 ) -> Result<bool> {
     if !dm.annotations().contains_key(BOOTSTRAP_CLAIM)
-        || bootstrap::claimed(ctx.runtime.as_ref(), container).await?
+        || bootstrap::file_in_node(ctx.runtime.as_ref(), container, bootstrap::CLAIM_PATH).await?
     {
         return Ok(false);
     }
@@ -531,15 +531,8 @@ fn wait_for_init_step() -> Step {
 }
 
 async fn sentinel_exists(ctx: &Context, container: &str) -> Result<bool> {
-    Ok(ctx
-        .runtime
-        .exec(
-            container,
-            &argv(&["test", "-f", bootstrap::SENTINEL_PATH]),
-            None,
-        )
-        .await?
-        .success())
+    let path = bootstrap::SENTINEL_PATH;
+    Ok(bootstrap::file_in_node(ctx.runtime.as_ref(), container, path).await?)
 }
 
 #[cfg(test)]
