@@ -17,19 +17,17 @@ use serde_json::json;
 use tracing::info;
 
 use crate::{
+    api::DockerCluster,
     api::{
         ApiEndpoint, Initialization,
         conditions::{Desired, reasons, types},
     },
-    api::{DockerCluster, DockerClusterStatus},
     capi::Cluster,
     controllers::{
-        docker_cluster::{Clusters, Delete, FINALIZER},
+        docker_cluster::{Clusters, Delete},
         kit::{
-            context::Context,
             error::{Error, IN_MEMORY_RETRY, Result},
-            kinds::Kinds,
-            lifecycle::{Decide, Deleted, Facts, Reconciler, Reports, Step},
+            lifecycle::{Decide, Deleted, Reconciler, Reports, Step},
             workload::kubeconfig,
         },
     },
@@ -45,18 +43,8 @@ pub struct InMemoryClusters;
 
 impl Decide for InMemoryClusters {
     type Object = DockerCluster;
-    /// The owner Cluster.
-    type Fetched = Option<Arc<Cluster>>;
-    type Bound = Arc<Cluster>;
     type Normal = Arc<Cluster>;
     type Delete = Delete;
-
-    const FINALIZER: &'static str = FINALIZER;
-    const OWNER_KIND: &'static str = "Cluster";
-
-    fn facts(kind: &str, dc: &DockerCluster, c: &Option<Arc<Cluster>>) -> Facts<Arc<Cluster>> {
-        Clusters::facts(kind, dc, c)
-    }
 
     fn decide_normal(_: &DockerCluster, _: &Option<Arc<Cluster>>, c: Arc<Cluster>) -> Arc<Cluster> {
         c
@@ -68,8 +56,6 @@ impl Decide for InMemoryClusters {
 }
 
 impl Reconciler for InMemoryClusters {
-    type Status = DockerClusterStatus;
-
     const PRIMARY: &'static str = PRIMARY;
     const DELETING: &'static str = "Deleting the workload cluster's listener and objects";
     /// Ready is set by the normal arm.
@@ -78,18 +64,6 @@ impl Reconciler for InMemoryClusters {
         primary: PRIMARY,
         ready_from: None,
     };
-
-    fn kind(kinds: Kinds) -> &'static str {
-        kinds.cluster
-    }
-
-    fn status(dc: &DockerCluster) -> Option<&DockerClusterStatus> {
-        dc.status.as_ref()
-    }
-
-    async fn fetch(dc: &DockerCluster, ctx: &Context) -> Result<Option<Arc<Cluster>>> {
-        Clusters::fetch(dc, ctx).await
-    }
 
     async fn normal(step: &mut Step<'_, Self>, cluster: Arc<Cluster>) -> Result<Action> {
         normal(step, &cluster).await

@@ -19,7 +19,7 @@ use super::{
         caches,
         context::Context,
         error::Result,
-        lifecycle::{Decide, Deleted, Facts, Reconciler, Step},
+        lifecycle::{Decide, Deleted, Facts, Reconciler, Step, Subject},
     },
     load_balancer,
 };
@@ -48,49 +48,15 @@ pub struct Delete {
     pub cluster: Option<Arc<Cluster>>,
 }
 
-impl Decide for Clusters {
-    type Object = DockerCluster;
+/// What a DockerCluster (DevCluster) is to the contract, whichever backend serves it.
+impl Subject for DockerCluster {
     /// The owner Cluster.
     type Fetched = Option<Arc<Cluster>>;
     type Bound = Arc<Cluster>;
-    /// The load balancer and the endpoint, for this Cluster.
-    type Normal = Arc<Cluster>;
-    type Delete = Delete;
+    type Status = DockerClusterStatus;
 
     const FINALIZER: &'static str = FINALIZER;
     const OWNER_KIND: &'static str = "Cluster";
-
-    fn facts(_: &str, dc: &DockerCluster, cluster: &Option<Arc<Cluster>>) -> Facts<Arc<Cluster>> {
-        Facts {
-            bound: cluster.clone().ok_or_else(|| {
-                let ns = dc.namespace().unwrap_or_default();
-                format!("owner Cluster {ns}/{} not found", owner_name(dc))
-            }),
-            named_elsewhere: None,
-            cluster: cluster.clone(),
-        }
-    }
-
-    fn decide_normal(_: &DockerCluster, _: &Option<Arc<Cluster>>, c: Arc<Cluster>) -> Arc<Cluster> {
-        c
-    }
-
-    fn decide_delete(dc: &DockerCluster, cluster: &Option<Arc<Cluster>>) -> Delete {
-        Delete {
-            cluster_name: cluster
-                .as_ref()
-                .map_or_else(|| owner_name(dc), |c| c.name_any()),
-            cluster: cluster.clone(),
-        }
-    }
-}
-
-impl Reconciler for Clusters {
-    type Status = DockerClusterStatus;
-
-    const PRIMARY: &'static str = types::LOAD_BALANCER_AVAILABLE;
-    const DELETING: &'static str = "Deleting the load balancer";
-    const READY_FROM: &'static [&'static str] = &[types::LOAD_BALANCER_AVAILABLE];
 
     fn kind(kinds: Kinds) -> &'static str {
         kinds.cluster
@@ -107,6 +73,43 @@ impl Reconciler for Clusters {
             None => Ok(None),
         }
     }
+
+    fn facts(_: &str, dc: &DockerCluster, cluster: &Option<Arc<Cluster>>) -> Facts<Arc<Cluster>> {
+        Facts {
+            bound: cluster.clone().ok_or_else(|| {
+                let ns = dc.namespace().unwrap_or_default();
+                format!("owner Cluster {ns}/{} not found", owner_name(dc))
+            }),
+            named_elsewhere: None,
+            cluster: cluster.clone(),
+        }
+    }
+}
+
+impl Decide for Clusters {
+    type Object = DockerCluster;
+    /// The load balancer and the endpoint, for this Cluster.
+    type Normal = Arc<Cluster>;
+    type Delete = Delete;
+
+    fn decide_normal(_: &DockerCluster, _: &Option<Arc<Cluster>>, c: Arc<Cluster>) -> Arc<Cluster> {
+        c
+    }
+
+    fn decide_delete(dc: &DockerCluster, cluster: &Option<Arc<Cluster>>) -> Delete {
+        Delete {
+            cluster_name: cluster
+                .as_ref()
+                .map_or_else(|| owner_name(dc), |c| c.name_any()),
+            cluster: cluster.clone(),
+        }
+    }
+}
+
+impl Reconciler for Clusters {
+    const PRIMARY: &'static str = types::LOAD_BALANCER_AVAILABLE;
+    const DELETING: &'static str = "Deleting the load balancer";
+    const READY_FROM: &'static [&'static str] = &[types::LOAD_BALANCER_AVAILABLE];
 
     async fn normal(step: &mut Step<'_, Self>, cluster: Arc<Cluster>) -> Result<Action> {
         let (dc, ctx) = (step.obj, step.ctx);

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::{FINALIZER, Machines};
+use super::Machines;
 
 use crate::{
     api::{
@@ -60,18 +60,9 @@ pub enum Normal {
 /// The pure half of the DockerMachine controller.
 impl Decide for Machines {
     type Object = DockerMachine;
-    type Fetched = Owners;
-    type Bound = Bound;
     type Normal = Normal;
     /// The cluster's name, if known (the Machine and the Cluster may be gone).
     type Delete = Option<String>;
-
-    const FINALIZER: &'static str = FINALIZER;
-    const OWNER_KIND: &'static str = "Machine";
-
-    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
-        facts(kind, dm, owners)
-    }
 
     fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> Normal {
         normal(dm, bound)

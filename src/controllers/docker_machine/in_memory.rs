@@ -21,16 +21,14 @@ use serde_json::{Value, json};
 
 use crate::{
     api::conditions::{Desired, reasons, types},
-    api::{DockerMachine, DockerMachineStatus, dev::in_memory_backend},
+    api::{DockerMachine, dev::in_memory_backend},
     capi,
     capi::Machine,
     controllers::{
-        docker_machine::{Bound, FINALIZER, Owners, decide},
+        docker_machine::{Bound, Owners},
         kit::{
-            context::Context,
             error::{Error, IN_MEMORY_RETRY, Result},
-            kinds::Kinds,
-            lifecycle::{Decide, Deleted, Facts, Reconciler, Reports, Step},
+            lifecycle::{Decide, Deleted, Reconciler, Reports, Step},
         },
     },
     inmemory::{
@@ -51,19 +49,10 @@ pub struct InMemoryMachines;
 
 impl Decide for InMemoryMachines {
     type Object = DockerMachine;
-    type Fetched = Owners;
-    type Bound = Bound;
     /// The view's `spec.backend.inMemory`, as JSON.
     type Normal = (Bound, String);
     /// The cluster's name, if known (the Machine and the Cluster may be gone).
     type Delete = Option<String>;
-
-    const FINALIZER: &'static str = FINALIZER;
-    const OWNER_KIND: &'static str = "Machine";
-
-    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
-        decide::facts(kind, dm, owners)
-    }
 
     fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> (Bound, String) {
         let spec = in_memory_backend(&dm.metadata).unwrap_or_default();
@@ -76,19 +65,9 @@ impl Decide for InMemoryMachines {
 }
 
 impl Reconciler for InMemoryMachines {
-    type Status = DockerMachineStatus;
-
     const PRIMARY: &'static str = PRIMARY;
     const DELETING: &'static str = "Deleting the simulated machine";
     const READY_FROM: &'static [&'static str] = phases::ready_from(false);
-
-    fn kind(kinds: Kinds) -> &'static str {
-        kinds.machine
-    }
-
-    fn status(dm: &DockerMachine) -> Option<&DockerMachineStatus> {
-        dm.status.as_ref()
-    }
 
     /// A control plane reports the etcd and API server phases too.
     fn reports(dm: &DockerMachine) -> Reports {
@@ -98,10 +77,6 @@ impl Reconciler for InMemoryMachines {
                 dm.labels().contains_key(capi::CONTROL_PLANE_LABEL),
             )),
         }
-    }
-
-    async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
-        super::fetch(dm, ctx).await
     }
 
     async fn normal(step: &mut Step<'_, Self>, (bound, spec): (Bound, String)) -> Result<Action> {

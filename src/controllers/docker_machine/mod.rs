@@ -25,7 +25,7 @@ use super::kit::{
     context::Context,
     error::Result,
     kinds::Kinds,
-    lifecycle::{Deleted, Reconciler, Step},
+    lifecycle::{Deleted, Facts, Reconciler, Step, Subject},
 };
 use crate::{
     api::{DockerMachine, DockerMachineStatus, conditions::types},
@@ -38,19 +38,14 @@ pub const FINALIZER: &str = "dockermachine.infrastructure.cluster.x-k8s.io";
 /// The DockerMachine (DevMachine) controller.
 pub struct Machines;
 
-impl Reconciler for Machines {
+/// What a DockerMachine (DevMachine) is to the contract, whichever backend serves it.
+impl Subject for DockerMachine {
+    type Fetched = Owners;
+    type Bound = Bound;
     type Status = DockerMachineStatus;
 
-    const PRIMARY: &'static str = types::CONTAINER_PROVISIONED;
-    const DELETING: &'static str = "Deleting the node container";
-    const READY_FROM: &'static [&'static str] = &[
-        types::CONTAINER_PROVISIONED,
-        types::CGROUPS_READY,
-        types::PRE_LOADED_IMAGES_READY,
-        types::BOOTSTRAP_COMPLETED,
-    ];
-    /// Upstream v1.14's set; what capd-rs reported before in its place goes.
-    const RETIRED: &'static [&'static str] = &[types::LEGACY_BOOTSTRAP_EXEC_SUCCEEDED];
+    const FINALIZER: &'static str = FINALIZER;
+    const OWNER_KIND: &'static str = "Machine";
 
     fn kind(kinds: Kinds) -> &'static str {
         kinds.machine
@@ -63,6 +58,23 @@ impl Reconciler for Machines {
     async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
         fetch(dm, ctx).await
     }
+
+    fn facts(kind: &str, dm: &DockerMachine, owners: &Owners) -> Facts<Bound> {
+        decide::facts(kind, dm, owners)
+    }
+}
+
+impl Reconciler for Machines {
+    const PRIMARY: &'static str = types::CONTAINER_PROVISIONED;
+    const DELETING: &'static str = "Deleting the node container";
+    const READY_FROM: &'static [&'static str] = &[
+        types::CONTAINER_PROVISIONED,
+        types::CGROUPS_READY,
+        types::PRE_LOADED_IMAGES_READY,
+        types::BOOTSTRAP_COMPLETED,
+    ];
+    /// Upstream v1.14's set; what capd-rs reported before in its place goes.
+    const RETIRED: &'static [&'static str] = &[types::LEGACY_BOOTSTRAP_EXEC_SUCCEEDED];
 
     async fn normal(step: &mut Step<'_, Self>, plan: Normal) -> Result<Action> {
         match plan {
@@ -103,7 +115,7 @@ impl Reconciler for Machines {
 }
 
 /// The owner Machine, its Cluster and the Cluster's DockerCluster (DevCluster), from the caches.
-pub(super) async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
+async fn fetch(dm: &DockerMachine, ctx: &Context) -> Result<Owners> {
     let ns = dm.namespace().unwrap_or_default();
     let Some(owner) = capi::capi_owner(&dm.metadata, "Machine") else {
         return Ok(Owners::default());

@@ -33,7 +33,7 @@ use super::kit::{
     context::Context,
     error::Result,
     kinds::Kinds,
-    lifecycle::{Decide, Deleted, Facts, Reconciler, Step},
+    lifecycle::{Decide, Deleted, Facts, Reconciler, Step, Subject},
     patch::Patcher,
 };
 use crate::{
@@ -66,35 +66,14 @@ fn recheck(ctx: &Context, dmp: &DockerMachinePool) -> Duration {
 /// The DockerMachinePool (DevMachinePool) controller.
 pub struct Pools;
 
-impl Decide for Pools {
-    type Object = DockerMachinePool;
+/// What a DockerMachinePool (DevMachinePool) is to the contract.
+impl Subject for DockerMachinePool {
     type Fetched = Fetched;
     type Bound = Bound;
-    type Normal = Normal;
-    type Delete = Delete;
+    type Status = DockerMachinePoolStatus;
 
     const FINALIZER: &'static str = FINALIZER;
     const OWNER_KIND: &'static str = "MachinePool";
-
-    fn facts(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Facts<Bound> {
-        decide::facts(kind, dmp, f)
-    }
-
-    fn decide_normal(dmp: &DockerMachinePool, f: &Fetched, bound: Bound) -> Normal {
-        decide::normal(dmp, f, bound)
-    }
-
-    fn decide_delete(_: &DockerMachinePool, f: &Fetched) -> Delete {
-        decide::delete(f)
-    }
-}
-
-impl Reconciler for Pools {
-    type Status = DockerMachinePoolStatus;
-
-    const PRIMARY: &'static str = types::REPLICAS_READY;
-    const DELETING: &'static str = "Deleting the instances";
-    const READY_FROM: &'static [&'static str] = &[types::REPLICAS_READY];
 
     fn kind(kinds: Kinds) -> &'static str {
         kinds.pool
@@ -107,6 +86,30 @@ impl Reconciler for Pools {
     async fn fetch(dmp: &DockerMachinePool, ctx: &Context) -> Result<Fetched> {
         fetch(dmp, ctx).await
     }
+
+    fn facts(kind: &str, dmp: &DockerMachinePool, f: &Fetched) -> Facts<Bound> {
+        decide::facts(kind, dmp, f)
+    }
+}
+
+impl Decide for Pools {
+    type Object = DockerMachinePool;
+    type Normal = Normal;
+    type Delete = Delete;
+
+    fn decide_normal(dmp: &DockerMachinePool, f: &Fetched, bound: Bound) -> Normal {
+        decide::normal(dmp, f, bound)
+    }
+
+    fn decide_delete(_: &DockerMachinePool, f: &Fetched) -> Delete {
+        decide::delete(f)
+    }
+}
+
+impl Reconciler for Pools {
+    const PRIMARY: &'static str = types::REPLICAS_READY;
+    const DELETING: &'static str = "Deleting the instances";
+    const READY_FROM: &'static [&'static str] = &[types::REPLICAS_READY];
 
     /// A pool makes no containers: its instances are DockerMachines, which it owns.
     async fn normal(step: &mut Step<'_, Self>, plan: Normal) -> Result<Action> {

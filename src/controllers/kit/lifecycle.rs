@@ -4,8 +4,9 @@
 //! kind's own normal or delete plan) -> act (the kind's arm, through a [`Step`]) -> status,
 //! written once at the end by the [`Step`], with Ready summarised and Events published.
 //!
-//! What every kind shares is here. A [`Reconciler`] says only what differs: what it fetches,
-//! which owners its normal path needs, the conditions it reports, and its own normal and delete.
+//! What every kind shares is here. A kind's [`Subject`] says what it reads of its owners and what
+//! the gate needs there; a backend's [`Decide`] and [`Reconciler`] say only what differs: the
+//! conditions it reports and its own normal and delete.
 use std::{future::Future, sync::Arc};
 
 use kube::{Resource, ResourceExt, runtime::controller::Action};
@@ -29,37 +30,14 @@ use crate::{
     capi::{self, Cluster},
 };
 
-/// The pure half of one controller: what the contract's gate reads of its owners, and its own
-/// normal and delete plans. No API server, no Docker: unit-tested with the kind's `decide`.
-pub trait Decide {
-    /// The object, as its Docker* type (a Dev* object as its view).
-    type Object: Resource<DynamicType = ()> + Send + Sync + 'static;
-    /// What the reconcile reads ([`Reconciler::fetch`]), once.
+/// What a kind is to the contract, whichever backend serves it: what a reconcile reads of its
+/// owners and what the gate reads there, its finalizer and its status. Implemented by the
+/// Docker* type itself (a Dev* object arrives as its view).
+pub trait Subject: Resource<DynamicType = ()> + Send + Sync + 'static {
+    /// What the reconcile reads ([`Subject::fetch`]), once.
     type Fetched: Send + Sync;
     /// The owners the normal path needs, all present.
     type Bound;
-    type Normal: Send;
-    type Delete: Send;
-
-    /// Upstream's finalizer (a Dev* object carries the same one).
-    const FINALIZER: &'static str;
-    /// The CAPI kind whose owner reference makes the object ours to reconcile.
-    const OWNER_KIND: &'static str;
-
-    /// What the gate reads of the owners (see [`decide`]).
-    fn facts(kind: &str, obj: &Self::Object, fetched: &Self::Fetched) -> Facts<Self::Bound>;
-    /// The kind's own plan once the gate says normal.
-    fn decide_normal(
-        obj: &Self::Object,
-        fetched: &Self::Fetched,
-        bound: Self::Bound,
-    ) -> Self::Normal;
-    /// The kind's own plan once the gate says delete.
-    fn decide_delete(obj: &Self::Object, fetched: &Self::Fetched) -> Self::Delete;
-}
-
-/// The acting half of one controller: what it reads, what it reports, and its two arms.
-pub trait Reconciler: Decide + Sized + Send + Sync + 'static {
     type Status: WithConditions
         + V1Beta1Mirror
         + Serialize
@@ -69,6 +47,47 @@ pub trait Reconciler: Decide + Sized + Send + Sync + 'static {
         + Send
         + Sync;
 
+    /// Upstream's finalizer (a Dev* object carries the same one).
+    const FINALIZER: &'static str;
+    /// The CAPI kind whose owner reference makes the object ours to reconcile.
+    const OWNER_KIND: &'static str;
+
+    fn kind(kinds: Kinds) -> &'static str;
+    fn status(obj: &Self) -> Option<&Self::Status>;
+    /// The objects the reconcile reads (from the caches where there are some).
+    fn fetch(obj: &Self, ctx: &Context) -> impl Future<Output = Result<Self::Fetched>> + Send;
+    /// Pure: what the gate reads of the owners (see [`decide`]).
+    fn facts(kind: &str, obj: &Self, fetched: &Self::Fetched) -> Facts<Self::Bound>;
+}
+
+/// What a reconcile of `R` read.
+pub type FetchedOf<R> = <<R as Decide>::Object as Subject>::Fetched;
+/// The status `R` writes.
+pub type StatusOf<R> = <<R as Decide>::Object as Subject>::Status;
+
+/// The pure half of one controller: its own normal and delete plans, once the contract's gate
+/// has passed. No API server, no Docker: unit-tested with the kind's `decide`.
+pub trait Decide {
+    /// The object, as its Docker* type (a Dev* object as its view).
+    type Object: Subject;
+    type Normal: Send;
+    type Delete: Send;
+
+    /// The kind's own plan once the gate says normal.
+    fn decide_normal(
+        obj: &Self::Object,
+        fetched: &<Self::Object as Subject>::Fetched,
+        bound: <Self::Object as Subject>::Bound,
+    ) -> Self::Normal;
+    /// The kind's own plan once the gate says delete.
+    fn decide_delete(
+        obj: &Self::Object,
+        fetched: &<Self::Object as Subject>::Fetched,
+    ) -> Self::Delete;
+}
+
+/// The acting half of one controller (one backend of a kind): what it reports, and its two arms.
+pub trait Reconciler: Decide + Sized + Send + Sync + 'static {
     /// The condition that says what the object's infrastructure is doing: an unserved backend,
     /// an owner naming another object, a deletion and an error without one of its own land here.
     const PRIMARY: &'static str;
@@ -79,26 +98,22 @@ pub trait Reconciler: Decide + Sized + Send + Sync + 'static {
     /// Conditions an earlier capd-rs reported that no longer exist: removed when seen.
     const RETIRED: &'static [&'static str] = &[];
 
-    fn kind(kinds: Kinds) -> &'static str;
-    fn status(obj: &Self::Object) -> Option<&Self::Status>;
-
     /// [`Self::PRIMARY`] and [`Self::READY_FROM`].
     const REPORTS: Reports = Reports {
         primary: Self::PRIMARY,
         ready_from: Some(Self::READY_FROM),
     };
 
-    /// The conditions this object reports under: [`Self::REPORTS`], unless its backend reports
-    /// under others (an in-memory DevMachine's phases).
+    fn kind(kinds: Kinds) -> &'static str {
+        <Self::Object as Subject>::kind(kinds)
+    }
+
+    /// The conditions this object reports under: [`Self::REPORTS`], unless they depend on the
+    /// object (an in-memory control plane's phases).
     fn reports(_obj: &Self::Object) -> Reports {
         Self::REPORTS
     }
 
-    /// The objects the reconcile reads (from the caches where there are some).
-    fn fetch(
-        obj: &Self::Object,
-        ctx: &Context,
-    ) -> impl Future<Output = Result<Self::Fetched>> + Send;
     /// The finalizer is on; Paused is False. Conditions go through `step.report`.
     fn normal(
         step: &mut Step<'_, Self>,
@@ -171,10 +186,10 @@ pub enum Deleted {
 }
 
 /// Pure: the plan for `obj` (of kind `kind`), the contract's checks in the contract's order.
-pub fn decide<R: Decide>(kind: &str, obj: &R::Object, fetched: &R::Fetched) -> PlanOf<R> {
+pub fn decide<R: Decide>(kind: &str, obj: &R::Object, fetched: &FetchedOf<R>) -> PlanOf<R> {
     let meta = obj.meta();
     let deleting = meta.deletion_timestamp.is_some();
-    let ownership = capi::ownership(meta, R::FINALIZER, R::OWNER_KIND);
+    let ownership = capi::ownership(meta, R::Object::FINALIZER, R::Object::OWNER_KIND);
     if let Some(backend) = dev::unserved_backend(meta)
         && ownership != capi::Ownership::External
     {
@@ -190,7 +205,7 @@ pub fn decide<R: Decide>(kind: &str, obj: &R::Object, fetched: &R::Fetched) -> P
         capi::Ownership::Unowned { deleting: false } => return Plan::Gate(Gate::AwaitOwner),
         capi::Ownership::Owned(_) => {}
     }
-    let facts = R::facts(kind, obj, fetched);
+    let facts = R::Object::facts(kind, obj, fetched);
     let bound = match (deleting, facts.bound) {
         (true, _) => None,
         (false, Err(missing)) => return Plan::Gate(Gate::Missing(missing)),
@@ -212,11 +227,11 @@ pub fn decide<R: Decide>(kind: &str, obj: &R::Object, fetched: &R::Fetched) -> P
 /// Reconcile `obj`: fetch, decide, act, status.
 pub async fn reconcile<R: Reconciler>(obj: Arc<R::Object>, ctx: Arc<Context>) -> Result<Action> {
     let kind = R::kind(ctx.kinds);
-    let owner = capi::capi_owner(obj.meta(), R::OWNER_KIND).map(|o| o.name.clone());
+    let owner = capi::capi_owner(obj.meta(), R::Object::OWNER_KIND).map(|o| o.name.clone());
     let span = info_span!("reconcile", kind, namespace = %obj.namespace().unwrap_or_default(),
         name = %obj.name_any(), owner = owner.as_deref().unwrap_or(""));
     async move {
-        let fetched = R::fetch(&obj, &ctx).await?;
+        let fetched = R::Object::fetch(&obj, &ctx).await?;
         let plan = decide::<R>(kind, &obj, &fetched);
         act::<R>(plan, &obj, &fetched, &ctx).await
     }
@@ -227,7 +242,7 @@ pub async fn reconcile<R: Reconciler>(obj: Arc<R::Object>, ctx: Arc<Context>) ->
 async fn act<R: Reconciler>(
     plan: PlanOf<R>,
     obj: &R::Object,
-    fetched: &R::Fetched,
+    fetched: &FetchedOf<R>,
     ctx: &Context,
 ) -> Result<Action> {
     let kind = R::kind(ctx.kinds);
@@ -236,7 +251,7 @@ async fn act<R: Reconciler>(
         Plan::Gate(Gate::LeaveAlone) => return Ok(Action::await_change()),
         Plan::Gate(Gate::AwaitOwner) => {
             info!(
-                owner_kind = R::OWNER_KIND,
+                owner_kind = R::Object::OWNER_KIND,
                 "waiting for CAPI to set the owner reference"
             );
             return Ok(Action::requeue(ctx.settings.resync));
@@ -287,7 +302,7 @@ async fn act<R: Reconciler>(
         }
         Plan::Normal(plan) => {
             step.report.set(&conditions::paused(&[]));
-            match step.patcher.add_finalizer(obj, R::FINALIZER).await {
+            match step.patcher.add_finalizer(obj, R::Object::FINALIZER).await {
                 Ok(_) => R::normal(&mut step, plan).await,
                 Err(e) => Err(e),
             }
@@ -300,15 +315,15 @@ async fn act<R: Reconciler>(
 /// being built.
 pub struct Step<'a, R: Reconciler> {
     pub obj: &'a R::Object,
-    pub fetched: &'a R::Fetched,
+    pub fetched: &'a FetchedOf<R>,
     pub ctx: &'a Context,
     pub patcher: Patcher<'a>,
-    pub report: Report<R::Status>,
+    pub report: Report<StatusOf<R>>,
     reports: Reports,
 }
 
 impl<'a, R: Reconciler> Step<'a, R> {
-    fn new(obj: &'a R::Object, fetched: &'a R::Fetched, ctx: &'a Context) -> Self {
+    fn new(obj: &'a R::Object, fetched: &'a FetchedOf<R>, ctx: &'a Context) -> Self {
         let kind = R::kind(ctx.kinds);
         let api = Kinds::api(kind, &ctx.client, &obj.namespace().unwrap_or_default());
         Self {
@@ -316,7 +331,7 @@ impl<'a, R: Reconciler> Step<'a, R> {
             fetched,
             ctx,
             patcher: Patcher::new(api, obj, &ctx.own_writes),
-            report: Report::new(R::status(obj), obj.meta().generation),
+            report: Report::new(R::Object::status(obj), obj.meta().generation),
             reports: R::reports(obj),
         }
     }
@@ -332,7 +347,7 @@ impl<'a, R: Reconciler> Step<'a, R> {
 
     async fn write_status(&mut self) -> Result<bool> {
         self.patcher
-            .status(R::status(self.obj), &*self.report)
+            .status(R::Object::status(self.obj), &*self.report)
             .await
     }
 
@@ -354,7 +369,7 @@ impl<'a, R: Reconciler> Step<'a, R> {
         let ready_from = self.reports.ready_from.filter(|_| !deleting);
         self.report.close(R::RETIRED, ready_from, observed);
         self.write_status().await?;
-        let before = R::status(self.obj).map(WithConditions::conditions);
+        let before = R::Object::status(self.obj).map(WithConditions::conditions);
         events::publish(
             &self.ctx.recorder,
             &Kinds::reference(self.kind(), self.obj.meta()),
@@ -377,7 +392,7 @@ impl<'a, R: Reconciler> Step<'a, R> {
     /// Remove the finalizer and everything kept in memory for the object.
     async fn let_go(mut self) -> Result<Action> {
         self.patcher
-            .remove_finalizer(self.obj, R::FINALIZER)
+            .remove_finalizer(self.obj, R::Object::FINALIZER)
             .await?;
         self.ctx
             .forget(&self.key(), &self.obj.uid().unwrap_or_default());
