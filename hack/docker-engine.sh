@@ -2,12 +2,29 @@
 # Ensures a Docker Engine answers on /var/run/docker.sock, plus the host tools the other hack/
 # scripts use (debootstrap, openssl, python3-yaml, curl).
 #   hack/docker-engine.sh
-# A fresh CI machine has Debian's docker.io available from apt but no running daemon (and no
-# systemd to start it), so we install it if needed and run dockerd ourselves in the background.
-# An engine that is already running (started by anyone) is used as is and never restarted, but:
+#   DOCKER_ENGINE=bookworm hack/docker-engine.sh
+# Which engine (DOCKER_ENGINE):
+#   current   (default) Debian trixie's Docker Engine 26.1 (API 1.45) with its containerd 1.7,
+#             unpacked into a prefix of ours ($CACHE_DIR/engine/, one per version) so no host
+#             package is upgraded; it runs on the host's runc (bookworm's 1.1: trixie's needs a
+#             newer glibc) behind our runc shim where the host needs it.
+#   bookworm  Debian bookworm's docker.io, Engine 20.10 (API 1.41), installed with apt.
+# A fresh CI machine has no running daemon (and no systemd to start it), so we run dockerd
+# ourselves in the background. An engine that is already running and was not started by us is
+# used as is and never restarted; ours is restarted once when it is not the engine asked for.
 #   hack/docker-engine.sh restart [SECONDS]   stop the dockerd this script started and start it
 #                                   again, SECONDS later (fault tests: every container stops)
 source "$(dirname "$0")/lib.sh"
+
+DOCKER_ENGINE=${DOCKER_ENGINE:-current}
+case $DOCKER_ENGINE in
+  current | bookworm) ;;
+  *) die "DOCKER_ENGINE must be 'current' or 'bookworm', not '$DOCKER_ENGINE'" ;;
+esac
+# The current engine's packages, from Debian trixie (the candidates when first installed; the
+# prefix is kept by version, and a cached one is used without asking the archive again).
+TRIXIE_PACKAGES=(docker.io docker-cli containerd tini)
+ENGINE_DIR="$CACHE_DIR/engine"
 
 DOCKERD_LOG="$CACHE_DIR/dockerd.log"
 DOCKERD_PID="$CACHE_DIR/dockerd.pid"
@@ -25,7 +42,13 @@ for probe in "${!NEED[@]}"; do
   if [[ $probe == /* ]]; then [[ -e $probe ]] || missing+=("${NEED[$probe]}")
   else command -v "$probe" >/dev/null 2>&1 || missing+=("${NEED[$probe]}"); fi
 done
-command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+if [[ $DOCKER_ENGINE == bookworm ]]; then
+  [[ -x /usr/sbin/dockerd ]] || missing+=(docker.io)
+else
+  # What trixie's docker.io depends on that the host provides: runc and iptables.
+  command -v runc >/dev/null 2>&1 || missing+=(runc)
+  command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+fi
 
 if ((${#missing[@]})); then
   [[ $EUID -eq 0 ]] || die "need root to apt-get install ${missing[*]}"
@@ -35,9 +58,63 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# --- the current engine: trixie's packages, unpacked into a prefix ------------------------------
+# prints the prefix of the newest cached engine, if any
+cached_engine() {
+  local stamp
+  stamp=$(ls -1d "$ENGINE_DIR"/trixie-*/.complete 2>/dev/null | sort -V | tail -1) || true
+  [[ -n $stamp ]] && dirname "$stamp"
+}
+
+# Downloads trixie's packages with an apt of our own (its own lists, status and cache: the
+# host's apt state is untouched) and unpacks them with dpkg-deb; no maintainer script runs.
+install_current_engine() {
+  [[ $EUID -eq 0 ]] || die "need root to install the Docker Engine"
+  local work="$ENGINE_DIR/apt" version prefix deb
+  rm -rf "$work" && mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/debs"
+  : > "$work/status"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" > "$work/sources.list"
+  local apt=(-o "Dir::State=$work" -o "Dir::State::Lists=$work/lists" -o "Dir::State::status=$work/status"
+    -o "Dir::Cache=$work" -o "Dir::Cache::archives=$work/archives" -o "Dir::Etc::SourceList=$work/sources.list"
+    -o "Dir::Etc::SourceParts=/nonexistent" -o "Dir::Etc::PreferencesParts=/nonexistent"
+    -o "APT::Sandbox::User=root")
+  log "fetching Debian trixie's package lists (for ${TRIXIE_PACKAGES[*]})"
+  apt-get "${apt[@]}" update -qq || die "apt-get update of trixie failed"
+  version=$(apt-cache "${apt[@]}" policy docker.io | awk '/Candidate:/ {print $2}')
+  [[ -n $version && $version != "(none)" ]] || die "trixie offers no docker.io"
+  prefix="$ENGINE_DIR/trixie-$version"
+  log "downloading ${TRIXIE_PACKAGES[*]} (docker.io $version)"
+  (cd "$work/debs" && apt-get "${apt[@]}" download "${TRIXIE_PACKAGES[@]}" -qq) || die "downloading the engine failed"
+  rm -rf "$prefix" && mkdir -p "$prefix"
+  for deb in "$work/debs"/*.deb; do dpkg-deb -x "$deb" "$prefix" || die "cannot unpack $deb"; done
+  "$prefix/usr/sbin/dockerd" --version >/dev/null || die "the unpacked dockerd does not run on this host"
+  touch "$prefix/.complete"
+  rm -rf "$work"
+}
+
+if [[ $DOCKER_ENGINE == current ]]; then
+  ENGINE_PREFIX=$(cached_engine) || true
+  if [[ -z $ENGINE_PREFIX ]]; then
+    install_current_engine
+    ENGINE_PREFIX=$(cached_engine) || die "the engine was installed but no prefix is complete"
+  fi
+  DOCKERD="$ENGINE_PREFIX/usr/sbin/dockerd"
+  # dockerd finds containerd, its shim, docker-init and docker-proxy on its PATH.
+  DOCKERD_PATH="$ENGINE_PREFIX/usr/bin:$ENGINE_PREFIX/usr/sbin:$PATH"
+  # The scripts and tests call `docker`; a host without any CLI gets this engine's.
+  if ! command -v docker >/dev/null 2>&1; then
+    ln -sf "$ENGINE_PREFIX/usr/bin/docker" /usr/local/bin/docker
+    log "linked /usr/local/bin/docker to the engine's CLI"
+  fi
+else
+  DOCKERD=/usr/sbin/dockerd
+  DOCKERD_PATH=$PATH
+fi
+
 # --- privileged containers: the runc shim -------------------------------------------------------
-# Debian's Engine 20.10 asks runc for every capability the kernel knows when a container (or an
-# exec) is --privileged; where the host's bounding set lacks one (CAP_SYS_RESOURCE on our CI VMs),
+# The Docker Engine (20.10 and 26.1 alike) asks runc for every capability the kernel knows when a
+# container (or an exec) is --privileged; where the host's bounding set lacks one (CAP_SYS_RESOURCE
+# on our CI VMs),
 # runc fails with "unable to apply caps". The shim (hack/runc-shim) removes exactly the missing
 # capabilities from the OCI spec and execs runc; registered as dockerd's default runtime, it makes
 # upstream's --privileged node containers, kind and upstream CAPD work here unchanged.
@@ -114,14 +191,15 @@ fi
 
 if docker info >/dev/null 2>&1; then
   runtime=$(docker info -f '{{.DefaultRuntime}}' 2>/dev/null || true)
-  pool_missing=false
-  if pid=$(our_dockerd_pid) && ! tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$POOL_ARG"; then
-    pool_missing=true
+  pool_missing=false other_engine=false
+  if pid=$(our_dockerd_pid); then
+    tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$POOL_ARG" || pool_missing=true
+    [[ $(readlink -f "/proc/$pid/exe") == "$(readlink -f "$DOCKERD")" ]] || other_engine=true
   fi
-  if $pool_missing || { bounding_set_incomplete && [[ $runtime != "$SHIM_RUNTIME" ]]; }; then
+  if $pool_missing || $other_engine || { bounding_set_incomplete && [[ $runtime != "$SHIM_RUNTIME" ]]; }; then
     if our_dockerd_pid >/dev/null; then
       # Ours, started with other arguments: restart it once with these.
-      stop_ours "restarting with ${DOCKERD_ARGS[*]}"
+      stop_ours "restarting as the $DOCKER_ENGINE engine with ${DOCKERD_ARGS[*]}"
     else
       log "WARNING: the Docker Engine was not started by us and its default runtime is '$runtime'," \
         "not the runc shim: --privileged node containers will fail on this host" \
@@ -144,11 +222,11 @@ else
   if pgrep -x dockerd >/dev/null; then
     die "a dockerd process is running but 'docker info' fails; see its log (not starting a second one)"
   fi
-  log "starting dockerd in the background (log: $DOCKERD_LOG)"
+  log "starting the $DOCKER_ENGINE engine's dockerd in the background (log: $DOCKERD_LOG)"
   # setsid: the daemon must outlive this script and not receive its terminal's signals.
   # 9>&-: fd 9 is the flock of a calling `plane.sh up`; a dockerd holding it would block every
   # later up and down.
-  setsid dockerd "${DOCKERD_ARGS[@]}" >>"$DOCKERD_LOG" 2>&1 < /dev/null 9>&- &
+  PATH=$DOCKERD_PATH setsid "$DOCKERD" "${DOCKERD_ARGS[@]}" >>"$DOCKERD_LOG" 2>&1 < /dev/null 9>&- &
   echo $! > "$DOCKERD_PID"
 fi
 

@@ -123,6 +123,14 @@ pub async fn run(flags: Flags) -> Result<(), ManagerError> {
     let Some(runtime) = runtime else {
         return Ok(());
     };
+    let engine = runtime.engine();
+    info!(engine_version = %engine.version, engine_api = %engine.api_version,
+        negotiated_api = %engine.negotiated, "connected to the Docker Engine");
+    metrics.set_engine(crate::telemetry::EngineLabels {
+        version: engine.version.clone(),
+        api_version: engine.api_version.clone(),
+        negotiated_api_version: engine.negotiated.clone(),
+    });
     let counts = runtime.clone();
     metrics.set_docker_call_source(Arc::new(move || {
         counts

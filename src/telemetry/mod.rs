@@ -61,6 +61,17 @@ impl From<String> for DockerCallLabels {
     }
 }
 
+/// The Docker Engine the manager speaks with (`capd_docker_engine_info`, always 1).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineLabels {
+    /// The engine's version, e.g. `26.1.5+dfsg1`.
+    pub version: String,
+    /// The newest API version it serves.
+    pub api_version: String,
+    /// The API version spoken with it.
+    pub negotiated_api_version: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TrackedLabels {
     map: String,
@@ -123,6 +134,7 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     durations: Family<ControllerLabels, Histogram>,
     docker_calls: Scraped<DockerCallLabels>,
+    engine: Family<EngineLabels, Gauge>,
     tracked: Scraped<TrackedLabels>,
     tasks: Gauge,
     kube_requests: Family<kube_requests::RequestLabels, Counter>,
@@ -150,6 +162,7 @@ impl Default for Metrics {
             Histogram::new([0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
         });
         let docker_calls = Scraped::<DockerCallLabels>::default();
+        let engine = Family::<EngineLabels, Gauge>::default();
         let tracked = Scraped::<TrackedLabels>::default();
         let tasks = Gauge::default();
         let kube_requests = Family::<kube_requests::RequestLabels, Counter>::default();
@@ -168,6 +181,11 @@ impl Default for Metrics {
             "docker_api_calls",
             "Docker Engine API requests made, by operation",
             docker_calls.family.clone(),
+        );
+        registry.register(
+            "docker_engine_info",
+            "The Docker Engine the manager speaks with: its version and API versions (always 1)",
+            engine.clone(),
         );
         registry.register(
             "tracked_objects",
@@ -190,6 +208,7 @@ impl Default for Metrics {
             errors,
             durations,
             docker_calls,
+            engine,
             tracked,
             tasks,
             kube_requests,
@@ -252,6 +271,12 @@ impl Metrics {
         self.docker_calls.set_source(source);
     }
 
+    /// The engine the manager connected to.
+    pub fn set_engine(&self, engine: EngineLabels) {
+        self.engine.clear();
+        self.engine.get_or_create(&engine).set(1);
+    }
+
     /// Where the sizes of the controllers' in-memory maps (map, objects) come from.
     pub fn set_tracked_source(&self, source: GaugeSource) {
         self.tracked.set_source(source);
@@ -294,7 +319,16 @@ mod tests {
         );
         m.set_docker_call_source(Arc::new(|| vec![("inspect".to_string(), 7)]));
         m.set_tracked_source(Arc::new(|| vec![("backoff".to_string(), 3)]));
+        m.set_engine(EngineLabels {
+            version: "26.1.5".into(),
+            api_version: "1.45".into(),
+            negotiated_api_version: "1.45".into(),
+        });
         let text = m.render();
+        assert!(
+            text.contains(r#"capd_docker_engine_info{version="26.1.5",api_version="1.45",negotiated_api_version="1.45"} 1"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"capd_reconcile_total{controller="DockerMachine"} 2"#),
             "{text}"

@@ -30,6 +30,41 @@ fn legacy_binds(mounts: &[BindMount]) -> Vec<String> {
         .collect()
 }
 
+/// The capability an engine refused to drop because its environment does not offer it
+/// (`invalid CapDrop: ... not available in the current environment: "CAP_X"`), when `privilege`
+/// drops it: asking again without it changes nothing (an engine from API 1.4x leaves it out of
+/// "ALL" by itself). `None` for any other error, or a capability not in the drop list.
+pub(super) fn unavailable_cap(privilege: &NodePrivilege, err: &RuntimeError) -> Option<String> {
+    let NodePrivilege::AllCapabilities { drop } = privilege else {
+        return None;
+    };
+    let RuntimeError::Rejected(message) = err else {
+        return None;
+    };
+    let (_, rest) = message.split_once("invalid CapDrop:")?;
+    let cap = bare_cap(rest.rsplit('"').nth(1)?);
+    drop.iter().any(|c| bare_cap(c) == cap).then_some(cap)
+}
+
+/// `privilege` without `caps` in its drop list, if it drops any of them.
+pub(super) fn without_caps(privilege: &NodePrivilege, caps: &[String]) -> Option<NodePrivilege> {
+    let NodePrivilege::AllCapabilities { drop } = privilege else {
+        return None;
+    };
+    let kept: Vec<String> = drop
+        .iter()
+        .filter(|c| !caps.iter().any(|l| bare_cap(l) == bare_cap(c)))
+        .cloned()
+        .collect();
+    (kept.len() < drop.len()).then_some(NodePrivilege::AllCapabilities { drop: kept })
+}
+
+/// `cap_sys_resource`, `CAP_SYS_RESOURCE` and `SYS_RESOURCE` are one capability.
+fn bare_cap(c: &str) -> String {
+    let c = c.trim().to_ascii_uppercase();
+    c.strip_prefix("CAP_").map(str::to_string).unwrap_or(c)
+}
+
 pub(super) fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
     let mut port_bindings: PortMap = HashMap::new();
     let mut exposed: Vec<String> = Vec::new();
@@ -368,6 +403,38 @@ mod tests {
         // Nothing to mount: neither field is sent.
         let host = create_body(&spec(NodePrivilege::None)).host_config.unwrap();
         assert_eq!((host.binds, host.mounts), (None, None));
+    }
+
+    #[test]
+    fn a_cap_the_engine_lacks_leaves_the_drop_list_and_nothing_else_does() {
+        let all = |drop: &[&str]| NodePrivilege::AllCapabilities {
+            drop: drop.iter().map(|c| c.to_string()).collect(),
+        };
+        let refused = RuntimeError::Rejected(
+            "create container n: invalid CapDrop: capability not supported by your kernel or \
+             not available in the current environment: \"CAP_SYS_RESOURCE\""
+                .into(),
+        );
+        let lacked = unavailable_cap(&all(&["SYS_RESOURCE", "NET_RAW"]), &refused);
+        assert_eq!(lacked.as_deref(), Some("SYS_RESOURCE"));
+        let lacked = [lacked.unwrap()];
+        assert_eq!(
+            without_caps(&all(&["SYS_RESOURCE", "NET_RAW"]), &lacked),
+            Some(all(&["NET_RAW"]))
+        );
+        assert_eq!(
+            without_caps(&all(&["cap_sys_resource"]), &lacked),
+            Some(all(&[]))
+        );
+        assert_eq!(without_caps(&all(&["NET_RAW"]), &lacked), None);
+        assert_eq!(without_caps(&NodePrivilege::Privileged, &lacked), None);
+        // Not in the list: asking again would be refused again.
+        assert_eq!(unavailable_cap(&all(&["NET_RAW"]), &refused), None);
+        assert_eq!(unavailable_cap(&NodePrivilege::Privileged, &refused), None);
+        let other = RuntimeError::Rejected("create container n: invalid mount".into());
+        assert_eq!(unavailable_cap(&all(&["SYS_RESOURCE"]), &other), None);
+        let unavailable = RuntimeError::Unavailable(refused.to_string());
+        assert_eq!(unavailable_cap(&all(&["SYS_RESOURCE"]), &unavailable), None);
     }
 
     #[test]

@@ -45,7 +45,7 @@ mod import;
 use address::Endpoint;
 pub use address::EngineOptions;
 
-use convert::{create_body, host_capacity, info_from_inspect, info_from_summary};
+use convert::{create_body, host_capacity, info_from_inspect, info_from_summary, unavailable_cap};
 use errors::{chain, classify};
 
 const REQUEST_TIMEOUT_SECS: u64 = 120;
@@ -101,7 +101,6 @@ struct Known {
     networks: std::collections::HashSet<String>,
 }
 
-/// A [`ContainerRuntime`] backed by a Docker Engine through bollard.
 /// Container removals sent to the engine at once. Engine 20.10 (Debian's) deadlocked while 50
 /// containers of one network were force-removed at once (the soak, minute 16): its network
 /// controller's endpoint-delete loop and the exit handlers releasing the containers' networks
@@ -109,6 +108,18 @@ struct Known {
 /// removals at once make that interleaving rarer; a cluster's 50 nodes still go in seconds.
 const MAX_REMOVALS: usize = 4;
 
+/// The engine answering, as it says at connect time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineVersion {
+    /// The engine's own version, e.g. `26.1.5+dfsg1`.
+    pub version: String,
+    /// The newest API version the engine serves, e.g. `1.45`.
+    pub api_version: String,
+    /// The API version this client speaks with it: the older of the engine's and bollard's.
+    pub negotiated: String,
+}
+
+/// A [`ContainerRuntime`] backed by a Docker Engine through bollard.
 pub struct BollardRuntime {
     docker: Docker,
     /// The engine creates a second network of the same name instead of refusing; serialize.
@@ -121,6 +132,10 @@ pub struct BollardRuntime {
     removals: Semaphore,
     calls: [AtomicU64; OP_NAMES.len()],
     endpoint: String,
+    engine: EngineVersion,
+    /// Capabilities the engine refused to drop because its environment does not offer them
+    /// (see [`convert::unavailable_cap`]): left out of every later node's drop list.
+    lacked_caps: std::sync::Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for BollardRuntime {
@@ -181,6 +196,17 @@ impl BollardRuntime {
             .negotiate_version()
             .await
             .map_err(|e| classify(&format!("negotiate API version with {shown}"), e))?;
+        // Negotiation reads the engine's version but keeps only the API version: ask once more,
+        // at the negotiated version, for the start log and the engine info metric.
+        let version = docker
+            .version()
+            .await
+            .map_err(|e| classify(&format!("read the engine version of {shown}"), e))?;
+        let engine = EngineVersion {
+            version: version.version.unwrap_or_default(),
+            api_version: version.api_version.unwrap_or_default(),
+            negotiated: docker.client_version().to_string(),
+        };
         let runtime = Self {
             docker,
             network_lock: Mutex::new(()),
@@ -188,7 +214,10 @@ impl BollardRuntime {
             removals: Semaphore::new(MAX_REMOVALS),
             calls: std::array::from_fn(|_| AtomicU64::new(0)),
             endpoint: shown,
+            engine,
+            lacked_caps: std::sync::Mutex::default(),
         };
+        runtime.count(Op::Version);
         runtime.count(Op::Version);
         Ok(runtime)
     }
@@ -212,6 +241,11 @@ impl BollardRuntime {
     /// The negotiated API version, e.g. `1.41`.
     pub fn api_version(&self) -> String {
         self.docker.client_version().to_string()
+    }
+
+    /// The engine answering, and the API version spoken with it.
+    pub fn engine(&self) -> &EngineVersion {
+        &self.engine
     }
 
     /// Docker API requests made so far, by operation name (operations never called are absent).
@@ -443,19 +477,53 @@ impl ContainerRuntime for BollardRuntime {
     }
 
     async fn create_and_start(&self, spec: &ContainerSpec) -> RuntimeResult<ContainerInfo> {
-        let options = CreateContainerOptionsBuilder::default()
-            .name(&spec.name)
-            .build();
-        self.count(Op::ContainerCreate);
-        let created = self
-            .docker
-            .create_container(Some(options), create_body(spec))
-            .await
-            .map_err(|e| {
-                // The image or the network may be gone: look again next time.
-                self.learn(|k| *k = Known::default());
-                classify(&format!("create container {}", spec.name), e)
-            })?;
+        let mut spec = std::borrow::Cow::Borrowed(spec);
+        let lacked = self
+            .lacked_caps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(privilege) = convert::without_caps(&spec.privilege, &lacked) {
+            spec.to_mut().privilege = privilege;
+        }
+        let created = loop {
+            let options = CreateContainerOptionsBuilder::default()
+                .name(&spec.name)
+                .build();
+            self.count(Op::ContainerCreate);
+            match self
+                .docker
+                .create_container(Some(options), create_body(&spec))
+                .await
+            {
+                Ok(created) => break created,
+                Err(e) => {
+                    // The image or the network may be gone: look again next time.
+                    self.learn(|k| *k = Known::default());
+                    let err = classify(&format!("create container {}", spec.name), e);
+                    // An engine from API 1.4x on leaves a capability the host lacks out of
+                    // "ALL" by itself, and refuses to drop one it does not know: asking it not
+                    // to add one it would not add changes nothing, so ask again without it.
+                    match unavailable_cap(&spec.privilege, &err) {
+                        Some(cap) => {
+                            tracing::debug!(container = %spec.name, error = %err,
+                                "the engine lacks a capability to drop; creating without dropping it");
+                            let lacked = std::slice::from_ref(&cap);
+                            if let Some(p) = convert::without_caps(&spec.privilege, lacked) {
+                                spec.to_mut().privilege = p;
+                            }
+                            // Learned once per engine: the next nodes are created at once.
+                            self.lacked_caps
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .push(cap);
+                        }
+                        None => return Err(err),
+                    }
+                }
+            }
+        };
+        let spec = spec.as_ref();
 
         self.count(Op::ContainerStart);
         if let Err(e) = self.docker.start_container(&created.id, None).await {
