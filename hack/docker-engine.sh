@@ -71,12 +71,12 @@ cached_engine() {
 install_current_engine() {
   [[ $EUID -eq 0 ]] || die "need root to install the Docker Engine"
   local work="$ENGINE_DIR/apt" version prefix deb
-  rm -rf "$work" && mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/debs"
+  rm -rf "$work" && mkdir -p "$work/lists/partial" "$work/archives/partial" "$work/debs" "$work/parts"
   : > "$work/status"
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" > "$work/sources.list"
   local apt=(-o "Dir::State=$work" -o "Dir::State::Lists=$work/lists" -o "Dir::State::status=$work/status"
     -o "Dir::Cache=$work" -o "Dir::Cache::archives=$work/archives" -o "Dir::Etc::SourceList=$work/sources.list"
-    -o "Dir::Etc::SourceParts=/nonexistent" -o "Dir::Etc::PreferencesParts=/nonexistent"
+    -o "Dir::Etc::SourceParts=$work/parts" -o "Dir::Etc::PreferencesParts=$work/parts"
     -o "APT::Sandbox::User=root")
   log "fetching Debian trixie's package lists (for ${TRIXIE_PACKAGES[*]})"
   apt-get "${apt[@]}" update -qq || die "apt-get update of trixie failed"
