@@ -387,6 +387,54 @@ async fn ensure_network_creates_exactly_one_network() {
     .await;
 }
 
+/// Managers (runtimes, each with its own lock) making one network at once: an engine from API
+/// 1.44 on makes one and refuses the others (409), which join it. Engine 20.10 makes several of
+/// one name, as it always did; every call succeeds there too.
+#[tokio::test]
+async fn managers_racing_for_one_network_all_join_it() {
+    with_run("netrace", |id| async move {
+        let mut managers = Vec::new();
+        for _ in 0..4 {
+            managers.push(runtime().await);
+        }
+        let spec = NetworkSpec {
+            name: network_name(&id),
+            labels: run_labels(&id),
+        };
+        // Each lists, finds nothing, and creates: all but the first create meet the name.
+        let joined =
+            futures::future::join_all(managers.iter().map(|rt| rt.ensure_network(&spec))).await;
+        for (i, r) in joined.into_iter().enumerate() {
+            r.unwrap_or_else(|e| panic!("manager {i}'s ensure_network: {e}"));
+        }
+        let docker = raw_docker().negotiate_version().await.unwrap();
+        let filters = HashMap::from([("name", vec![spec.name.as_str()])]);
+        let found = docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .unwrap();
+        let named = found
+            .iter()
+            .filter(|n| n.name.as_deref() == Some(spec.name.as_str()))
+            .count();
+        if api_minor(&managers[0].engine().api_version) >= 44 {
+            assert_eq!(named, 1, "{found:?}");
+        } else {
+            assert!(named >= 1, "{found:?}");
+        }
+        let creates = managers
+            .iter()
+            .map(|rt| rt.call_counts().get("network_create").copied().unwrap_or(0))
+            .sum::<u64>();
+        assert!(creates >= 1, "one of them created it");
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn node_container_lifecycle() {
     ensure_test_image().await;

@@ -485,19 +485,32 @@ async fn clusterctl_init_upgrade_move_and_delete_on_kind() {
     clusters_available(&kc, &ns, &["wl", "cc"], t2, "apply").await;
 
     // The MachinePool's worker is an instance of our DevMachinePool: its providerID listed in
-    // the pool, a DevMachine owned by the pool.
-    let pools = wl_json(&kc, &["get", "devmachinepools", "-n", &ns]).unwrap();
-    let ids: Vec<_> = pools["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|p| {
-            p["spec"]["providerIDList"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect();
+    // the pool, a DevMachine owned by the pool. The list follows the instance's provisioned,
+    // which the bootstrap's poll reports after the kubelet may already have joined (the Node
+    // Ready above): waited for, not read once.
+    let provider_ids = |pools: &serde_json::Value| -> Vec<serde_json::Value> {
+        pools["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|p| {
+                p["spec"]["providerIDList"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    let pools = poll(
+        Duration::from_secs(120),
+        "the DevMachinePool lists its instance's providerID",
+        || {
+            let pools = wl_json(&kc, &["get", "devmachinepools", "-n", &ns])?;
+            (provider_ids(&pools).len() == 1).then_some(pools)
+        },
+    )
+    .await;
+    let ids = provider_ids(&pools);
     assert_eq!(ids.len(), 1, "{pools}");
     let machines = wl_json(&kc, &["get", "devmachines", "-n", &ns]).unwrap();
     let pooled = machines["items"]

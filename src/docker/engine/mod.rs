@@ -431,10 +431,15 @@ impl ContainerRuntime for BollardRuntime {
             ..Default::default()
         };
         self.count(Op::NetworkCreate);
-        self.docker
-            .create_network(request)
-            .await
-            .map_err(|e| classify(&format!("create network {}", spec.name), e))?;
+        match self.docker.create_network(request).await {
+            Ok(_) => {}
+            // An engine from API 1.44 on refuses a second network of a name (409): another
+            // process created it since we listed, and it is the one to join.
+            Err(e) => match classify(&format!("create network {}", spec.name), e) {
+                RuntimeError::Conflict(_) => {}
+                other => return Err(other),
+            },
+        }
         self.learn(|k| k.networks.insert(spec.name.clone()));
         Ok(())
     }
