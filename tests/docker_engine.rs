@@ -269,6 +269,16 @@ fn plain_spec(id: &str, suffix: &str, network: &str, cmd: Option<Vec<String>>) -
     }
 }
 
+/// The networks the engine's name filter matches (a substring of their names).
+async fn networks_matching(name: &str) -> Vec<bollard::models::Network> {
+    let docker = raw_docker().negotiate_version().await.unwrap();
+    let filters = HashMap::from([("name", vec![name])]);
+    let options = ListNetworksOptionsBuilder::default()
+        .filters(&filters)
+        .build();
+    docker.list_networks(Some(options)).await.unwrap()
+}
+
 /// `1.45` -> 45.
 fn api_minor(v: &str) -> u32 {
     v.split('.')
@@ -321,7 +331,7 @@ async fn ensure_network_creates_exactly_one_network() {
             name: network_name(&id),
             labels: run_labels(&id),
         };
-        // Concurrent and repeated calls: still one network (the engine itself would make two).
+        // Concurrent and repeated calls: still one network (Engine 20.10 itself would make two).
         let (a, b) = tokio::join!(rt.ensure_network(&spec), rt.ensure_network(&spec));
         a.expect("first ensure_network");
         b.expect("second ensure_network");
@@ -329,16 +339,7 @@ async fn ensure_network_creates_exactly_one_network() {
             .await
             .expect("third ensure_network");
 
-        let docker = raw_docker().negotiate_version().await.unwrap();
-        let filters = HashMap::from([("name", vec![spec.name.as_str()])]);
-        let found = docker
-            .list_networks(Some(
-                ListNetworksOptionsBuilder::default()
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .unwrap();
+        let found = networks_matching(&spec.name).await;
         let exact: Vec<_> = found
             .iter()
             .filter(|n| n.name.as_deref() == Some(spec.name.as_str()))
@@ -366,15 +367,7 @@ async fn ensure_network_creates_exactly_one_network() {
             .await
             .expect("ensure a network whose name is a prefix");
         // Listing by the short name (a substring of the others) finds all three, once each.
-        let short_filter = HashMap::from([("name", vec![short.name.as_str()])]);
-        let found = docker
-            .list_networks(Some(
-                ListNetworksOptionsBuilder::default()
-                    .filters(&short_filter)
-                    .build(),
-            ))
-            .await
-            .unwrap();
+        let found = networks_matching(&short.name).await;
         for wanted in [&spec.name, &longer.name, &short.name] {
             let n = found
                 .iter()
@@ -407,16 +400,7 @@ async fn managers_racing_for_one_network_all_join_it() {
         for (i, r) in joined.into_iter().enumerate() {
             r.unwrap_or_else(|e| panic!("manager {i}'s ensure_network: {e}"));
         }
-        let docker = raw_docker().negotiate_version().await.unwrap();
-        let filters = HashMap::from([("name", vec![spec.name.as_str()])]);
-        let found = docker
-            .list_networks(Some(
-                ListNetworksOptionsBuilder::default()
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .unwrap();
+        let found = networks_matching(&spec.name).await;
         let named = found
             .iter()
             .filter(|n| n.name.as_deref() == Some(spec.name.as_str()))
