@@ -55,7 +55,17 @@ if ((${#missing[@]})); then
   log "installing Debian packages: ${missing[*]}"
   # One `apt-get update` per run, and only when something is actually missing.
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # No package starts a service while it installs (Debian's policy-rc.d): docker.io's would start
+  # a dockerd of its own beside the one this script runs, possibly the other engine.
+  policy_rc=false
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 0755 /usr/sbin/policy-rc.d
+    policy_rc=true
+  fi
+  status=0
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+  ! $policy_rc || rm -f /usr/sbin/policy-rc.d
+  ((status == 0)) || die "apt-get install ${missing[*]} failed"
 fi
 
 # --- the current engine: trixie's packages, unpacked into a prefix ------------------------------
