@@ -122,7 +122,7 @@ pub struct EngineVersion {
 /// A [`ContainerRuntime`] backed by a Docker Engine through bollard.
 pub struct BollardRuntime {
     docker: Docker,
-    /// The engine creates a second network of the same name instead of refusing; serialize.
+    /// Engine 20.10 creates a second network of the same name instead of refusing; serialize.
     network_lock: Mutex<()>,
     /// Images and networks this process found or made: a node needs both, and a hundred nodes
     /// created at once each asked the engine again (a network list under `network_lock`, one at
@@ -503,8 +503,6 @@ impl ContainerRuntime for BollardRuntime {
             {
                 Ok(created) => break created,
                 Err(e) => {
-                    // The image or the network may be gone: look again next time.
-                    self.learn(|k| *k = Known::default());
                     let err = classify(&format!("create container {}", spec.name), e);
                     // An engine from API 1.4x on leaves a capability the host lacks out of
                     // "ALL" by itself, and refuses to drop one it does not know: asking it not
@@ -523,7 +521,11 @@ impl ContainerRuntime for BollardRuntime {
                                 .unwrap_or_else(|p| p.into_inner())
                                 .push(cap);
                         }
-                        None => return Err(err),
+                        None => {
+                            // The image or the network may be gone: look again next time.
+                            self.learn(|k| *k = Known::default());
+                            return Err(err);
+                        }
                     }
                 }
             }
