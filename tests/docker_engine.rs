@@ -1,4 +1,5 @@
-//! Integration tests of `BollardRuntime` against the real Docker Engine at /var/run/docker.sock.
+//! Integration tests of `BollardRuntime` against the real Docker Engine at /var/run/docker.sock,
+//! or at the unix socket `DOCKER_HOST` names (how the same tests run against Podman's Docker API).
 //!
 //! They fail (never skip) when the engine is unavailable. Every container and network they create
 //! carries `capd-rs.test/run=<run id>`, unique per test and process, and only objects with that
@@ -49,13 +50,22 @@ fn run_labels(id: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(RUN_LABEL.to_string(), id.to_string())])
 }
 
+/// The engine's unix socket: `DOCKER_HOST` when it names one, else the default.
+fn socket() -> String {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .map(|h| h.trim_start_matches("unix://").to_string())
+        .filter(|h| h.starts_with('/'))
+        .unwrap_or_else(|| "/var/run/docker.sock".to_string())
+}
+
 fn raw_docker() -> Docker {
-    Docker::connect_with_unix("/var/run/docker.sock", 120, bollard::API_DEFAULT_VERSION)
-        .expect("the Docker Engine socket /var/run/docker.sock must exist for these tests")
+    Docker::connect_with_unix(&socket(), 120, bollard::API_DEFAULT_VERSION)
+        .expect("the engine's socket must exist for these tests")
 }
 
 async fn runtime() -> BollardRuntime {
-    BollardRuntime::connect(None)
+    BollardRuntime::connect(Some(&socket()))
         .await
         .expect("the Docker Engine must be reachable for these tests")
 }
@@ -965,7 +975,7 @@ mod tls_engine {
                     let Ok(mut tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    if let Ok(mut engine) = UnixStream::connect("/var/run/docker.sock").await {
+                    if let Ok(mut engine) = UnixStream::connect(socket()).await {
                         let _ = tokio::io::copy_bidirectional(&mut tls, &mut engine).await;
                     }
                 });
