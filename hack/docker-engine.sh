@@ -121,33 +121,10 @@ else
   DOCKERD_PATH=$PATH
 fi
 
-# --- privileged containers: the runc shim -------------------------------------------------------
-# The Docker Engine (20.10 and 26.1 alike) asks runc for every capability the kernel knows when a
-# container (or an exec) is --privileged; where the host's bounding set lacks one (CAP_SYS_RESOURCE
-# on our CI VMs),
-# runc fails with "unable to apply caps". The shim (hack/runc-shim) removes exactly the missing
-# capabilities from the OCI spec and execs runc; registered as dockerd's default runtime, it makes
+# --- privileged containers: the runc shim (hack/lib.sh builds it) -------------------------------
+# Registered as dockerd's default runtime where the host's bounding set is incomplete, it makes
 # upstream's --privileged node containers, kind and upstream CAPD work here unchanged.
 SHIM_RUNTIME=capd-runc
-SHIM_BIN="$BIN_DIR/capd-runc-shim"
-
-# Succeeds when the bounding set lacks a capability the kernel knows.
-bounding_set_incomplete() {
-  local last bnd
-  last=$(cat /proc/sys/kernel/cap_last_cap) || die "cannot read /proc/sys/kernel/cap_last_cap"
-  bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status) || die "cannot read CapBnd from /proc/self/status"
-  [[ -n $bnd ]] || die "no CapBnd line in /proc/self/status"
-  (( (0x$bnd & ((1 << (last + 1)) - 1)) != ((1 << (last + 1)) - 1) ))
-}
-
-# Builds the shim (serde_json only: seconds) and installs it where dockerd's config points.
-install_shim() {
-  log "building the runc shim (the host's capability bounding set is incomplete)"
-  cargo build --quiet --release --locked -p capd-runc-shim --manifest-path "$REPO_ROOT/Cargo.toml" \
-    --target-dir "$CACHE_DIR/runc-shim-target" || die "cannot build hack/runc-shim"
-  install -m 0755 "$CACHE_DIR/runc-shim-target/release/capd-runc-shim" "$SHIM_BIN.new"
-  mv -f "$SHIM_BIN.new" "$SHIM_BIN"
-}
 
 # Networks from 172.20.0.0/14 in /24s: Docker's default pools continue into 192.168.0.0/16
 # after 172.31 (its allocator moves on after each network, so a long-lived engine gets there),

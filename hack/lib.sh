@@ -298,3 +298,29 @@ static_build() {
   [[ $profile == dev ]] && profile=debug
   echo "$TARGET_DIR/$triple/$profile"
 }
+
+# --- the runc shim (hack/runc-shim), for hack/docker-engine.sh and hack/podman.sh ---------------
+# An engine asks runc for every capability the kernel knows when a container (or an exec) is
+# --privileged; where the host's bounding set lacks one (CAP_SYS_RESOURCE on our CI VMs), runc
+# fails with "unable to apply caps". Without that capability runc cannot raise a hard rlimit
+# either, which Podman's Docker API asks for every container. The shim removes exactly the missing
+# capabilities from the OCI spec, lowers its rlimits to what the runtime holds, and execs runc.
+SHIM_BIN="$BIN_DIR/capd-runc-shim"
+
+# Succeeds when the bounding set lacks a capability the kernel knows.
+bounding_set_incomplete() {
+  local last bnd
+  last=$(cat /proc/sys/kernel/cap_last_cap) || die "cannot read /proc/sys/kernel/cap_last_cap"
+  bnd=$(awk '/^CapBnd:/ {print $2}' /proc/self/status) || die "cannot read CapBnd from /proc/self/status"
+  [[ -n $bnd ]] || die "no CapBnd line in /proc/self/status"
+  (( (0x$bnd & ((1 << (last + 1)) - 1)) != ((1 << (last + 1)) - 1) ))
+}
+
+# Builds the shim (serde_json only: seconds; a no-op when built) and installs it at $SHIM_BIN.
+install_shim() {
+  log "building the runc shim (the host's capability bounding set is incomplete)"
+  cargo build --quiet --release --locked -p capd-runc-shim --manifest-path "$REPO_ROOT/Cargo.toml" \
+    --target-dir "$CACHE_DIR/runc-shim-target" || die "cannot build hack/runc-shim"
+  install -m 0755 "$CACHE_DIR/runc-shim-target/release/capd-runc-shim" "$SHIM_BIN.new"
+  mv -f "$SHIM_BIN.new" "$SHIM_BIN"
+}

@@ -975,7 +975,7 @@ mod tls_engine {
                     let Ok(mut tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    if let Ok(mut engine) = UnixStream::connect(socket()).await {
+                    if let Ok(mut engine) = UnixStream::connect(super::socket()).await {
                         let _ = tokio::io::copy_bidirectional(&mut tls, &mut engine).await;
                     }
                 });

@@ -81,9 +81,16 @@ pub async fn client() -> Client {
 }
 
 pub async fn docker() -> BollardRuntime {
-    BollardRuntime::connect(None)
+    BollardRuntime::connect(engine_host().as_deref())
         .await
         .expect("Docker Engine not reachable; run `hack/docker-engine.sh`")
+}
+
+/// The engine the tests and the managers they start talk to: `DOCKER_HOST` when set (e.g.
+/// `unix:///run/capd-rs/podman.sock`, Podman's Docker API from `hack/podman.sh`), else the
+/// default socket.
+pub fn engine_host() -> Option<String> {
+    std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty())
 }
 
 /// GET the /metrics of a manager's diagnostics server on `port`: HTTPS with `token` as bearer
@@ -301,7 +308,8 @@ impl TestEnv {
         .env("POD_NAME", format!("{}{name}", self.id))
         .stdout(Stdio::from(file.try_clone().unwrap()))
         .stderr(Stdio::from(file));
-        if let Some(host) = docker_host {
+        // The test's own engine unless the test names another (a proxy in front of it).
+        if let Some(host) = docker_host.map(str::to_string).or_else(engine_host) {
             cmd.env("DOCKER_HOST", host);
         }
         let child = cmd.spawn().expect("start manager");

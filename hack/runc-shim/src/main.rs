@@ -11,6 +11,14 @@
 //! working directory) and the `--process`/`-p` file for `exec`. runc's global flags come before the
 //! subcommand and some take a value, so they are skipped by name.
 //!
+//! Podman's Docker API asks for more than the capabilities: every container gets RLIMIT_NOFILE and
+//! RLIMIT_NPROC hard limits of 1048576, above what the runtime's own process holds (conmon runs
+//! with RLIMIT_NPROC lowered to `kernel.pid_max`), and raising a hard limit needs the same missing
+//! CAP_SYS_RESOURCE ("error setting rlimits for ready process: ... operation not permitted"). So,
+//! on such a host, each rlimit of the spec is also lowered to this process's own hard limit: what
+//! the container would have inherited anyway, and what Docker gives (it sets no rlimits unless
+//! asked).
+//!
 //! Nothing here can make a container start that runc would refuse for another reason: a spec that
 //! cannot be read or parsed is passed through unchanged, and runc reports on it.
 use std::ffi::OsString;
@@ -77,6 +85,26 @@ const SETS: [&str; 5] = [
 /// runc's global flags that take a value (`runc --help`); the others are booleans.
 const GLOBAL_FLAGS_WITH_VALUE: [&str; 5] = ["root", "log", "log-format", "criu", "rootless"];
 
+/// OCI rlimit names and their rows in `/proc/<pid>/limits`.
+const RLIMITS: [(&str, &str); 16] = [
+    ("RLIMIT_CPU", "Max cpu time"),
+    ("RLIMIT_FSIZE", "Max file size"),
+    ("RLIMIT_DATA", "Max data size"),
+    ("RLIMIT_STACK", "Max stack size"),
+    ("RLIMIT_CORE", "Max core file size"),
+    ("RLIMIT_RSS", "Max resident set"),
+    ("RLIMIT_NPROC", "Max processes"),
+    ("RLIMIT_NOFILE", "Max open files"),
+    ("RLIMIT_MEMLOCK", "Max locked memory"),
+    ("RLIMIT_AS", "Max address space"),
+    ("RLIMIT_LOCKS", "Max file locks"),
+    ("RLIMIT_SIGPENDING", "Max pending signals"),
+    ("RLIMIT_MSGQUEUE", "Max msgqueue size"),
+    ("RLIMIT_NICE", "Max nice priority"),
+    ("RLIMIT_RTPRIO", "Max realtime priority"),
+    ("RLIMIT_RTTIME", "Max realtime timeout"),
+];
+
 /// Where runc is looked for unless `CAPD_RUNC` names it.
 const RUNC_CANDIDATES: [&str; 3] = ["/usr/sbin/runc", "/usr/bin/runc", "/usr/local/sbin/runc"];
 
@@ -88,7 +116,7 @@ fn main() {
         .collect();
     if let (Some(spec), Some(missing)) = (spec_file(&text), missing_from_bounding_set())
         && !missing.is_empty()
-        && let Err(e) = rewrite(&spec, &missing)
+        && let Err(e) = rewrite(&spec, &missing, &own_hard_limits())
     {
         // Not fatal: runc reads the spec next and reports what is wrong with it.
         eprintln!("capd-runc-shim: leaving {} unchanged: {e}", spec.display());
@@ -116,6 +144,32 @@ fn missing_from_bounding_set() -> Option<Vec<&'static str>> {
         .find_map(|l| l.strip_prefix("CapBnd:"))?
         .trim();
     u64::from_str_radix(hex, 16).ok().map(missing_capabilities)
+}
+
+/// This process's hard limits by OCI name (`None`: unlimited), from `/proc/self/limits`; empty
+/// when it cannot be read (then no rlimit is changed).
+fn own_hard_limits() -> Vec<(&'static str, Option<u64>)> {
+    std::fs::read_to_string("/proc/self/limits")
+        .map(|t| hard_limits(&t))
+        .unwrap_or_default()
+}
+
+/// The hard limits of a `/proc/<pid>/limits` text. Its columns are aligned, not delimited, and
+/// the row names hold spaces: each row is found by its name, and the hard limit is the second
+/// word after it.
+fn hard_limits(text: &str) -> Vec<(&'static str, Option<u64>)> {
+    RLIMITS
+        .iter()
+        .filter_map(|(oci, row)| {
+            let line = text.lines().find(|l| l.starts_with(row))?;
+            let hard = line[row.len()..].split_whitespace().nth(1)?;
+            let hard = match hard {
+                "unlimited" => None,
+                n => Some(n.parse().ok()?),
+            };
+            Some((*oci, hard))
+        })
+        .collect()
 }
 
 /// The known capabilities whose bit is clear in `bounding`.
@@ -181,12 +235,19 @@ fn flag_value<'a>(args: &[&'a String], long: &str, short: &str) -> Option<&'a st
 }
 
 /// Removes `missing` from every capability set of the spec at `path`: a bundle's `config.json`
-/// (sets under `process.capabilities`) or a process file (sets under `capabilities`). The file is
-/// replaced atomically and only when something changed.
-fn rewrite(path: &Path, missing: &[&str]) -> Result<(), String> {
+/// (sets under `process.capabilities`) or a process file (sets under `capabilities`); when
+/// CAP_SYS_RESOURCE is missing, also lowers its rlimits to `hard` (see [`clamp_rlimits`]). The
+/// file is replaced atomically and only when something changed.
+fn rewrite(
+    path: &Path,
+    missing: &[&str],
+    hard: &[(&'static str, Option<u64>)],
+) -> Result<(), String> {
     let raw = std::fs::read(path).map_err(|e| e.to_string())?;
     let mut spec: Value = serde_json::from_slice(&raw).map_err(|e| e.to_string())?;
-    if !strip(&mut spec, missing) {
+    let stripped = strip(&mut spec, missing);
+    let clamped = missing.contains(&"CAP_SYS_RESOURCE") && clamp_rlimits(&mut spec, hard);
+    if !stripped && !clamped {
         return Ok(());
     }
     let out = serde_json::to_vec(&spec).map_err(|e| e.to_string())?;
@@ -214,6 +275,44 @@ fn strip(spec: &mut Value, missing: &[&str]) -> bool {
             let before = list.len();
             list.retain(|c| !c.as_str().is_some_and(|c| missing.contains(&c)));
             changed |= list.len() != before;
+        }
+    }
+    changed
+}
+
+/// Lowers each rlimit of an OCI spec or process (`process.rlimits` or `rlimits`: `type`, `hard`,
+/// `soft`) to the hard limit `hard` gives for its type; true if any was above it. A type not in
+/// `hard`, or unlimited there, is left as asked.
+fn clamp_rlimits(spec: &mut Value, hard: &[(&str, Option<u64>)]) -> bool {
+    let list = match spec.pointer_mut("/process/rlimits") {
+        Some(l) => l,
+        None => match spec.get_mut("rlimits") {
+            Some(l) => l,
+            None => return false,
+        },
+    };
+    let Value::Array(list) = list else {
+        return false;
+    };
+    let mut changed = false;
+    for rl in list {
+        let Some(limit) = rl
+            .get("type")
+            .and_then(Value::as_str)
+            .and_then(|t| hard.iter().find(|(name, _)| *name == t))
+            .and_then(|(_, h)| *h)
+        else {
+            continue;
+        };
+        for key in ["hard", "soft"] {
+            if rl
+                .get(key)
+                .and_then(Value::as_u64)
+                .is_some_and(|v| v > limit)
+            {
+                rl[key] = Value::from(limit);
+                changed = true;
+            }
         }
     }
     changed
@@ -352,14 +451,74 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("config.json");
         std::fs::write(&path, DOCKER_PRIVILEGED_SPEC).unwrap();
-        rewrite(&path, &["CAP_SYS_RESOURCE"]).unwrap();
+        rewrite(&path, &["CAP_SYS_RESOURCE"], &[]).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(!text.contains("CAP_SYS_RESOURCE"));
         assert!(text.contains("CAP_SYS_ADMIN"));
         // Unparseable input is reported, not clobbered.
         std::fs::write(&path, "not json").unwrap();
-        assert!(rewrite(&path, &["CAP_SYS_RESOURCE"]).is_err());
+        assert!(rewrite(&path, &["CAP_SYS_RESOURCE"], &[]).is_err());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "not json");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `/proc/self/limits` as read inside a conmon of Podman 4.3 on a CI host.
+    const LIMITS: &str = "\
+Limit                     Soft Limit           Hard Limit           Units     
+Max cpu time              unlimited            unlimited            seconds   
+Max stack size            8388608              unlimited            bytes     
+Max processes             32768                32768                processes 
+Max open files            20000                20000                files     
+Max nice priority         0                    0                    
+";
+
+    #[test]
+    fn hard_limits_are_read_by_row_name() {
+        assert_eq!(
+            hard_limits(LIMITS),
+            vec![
+                ("RLIMIT_CPU", None),
+                ("RLIMIT_STACK", None),
+                ("RLIMIT_NPROC", Some(32768)),
+                ("RLIMIT_NOFILE", Some(20000)),
+                ("RLIMIT_NICE", Some(0)),
+            ]
+        );
+        assert!(hard_limits("garbage").is_empty());
+    }
+
+    #[test]
+    fn podman_rlimits_are_lowered_to_what_the_runtime_holds() {
+        // What Podman's Docker API writes for every container.
+        let mut spec = serde_json::json!({"process": {"rlimits": [
+            {"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1048576},
+            {"type": "RLIMIT_NPROC", "hard": 1048576, "soft": 1024},
+            {"type": "RLIMIT_STACK", "hard": 1048576, "soft": 1048576},
+            {"type": "RLIMIT_BOGUS", "hard": 5, "soft": 5},
+        ]}});
+        assert!(clamp_rlimits(&mut spec, &hard_limits(LIMITS)));
+        assert_eq!(
+            spec["process"]["rlimits"],
+            serde_json::json!([
+                {"type": "RLIMIT_NOFILE", "hard": 20000, "soft": 20000},
+                {"type": "RLIMIT_NPROC", "hard": 32768, "soft": 1024},
+                {"type": "RLIMIT_STACK", "hard": 1048576, "soft": 1048576},
+                {"type": "RLIMIT_BOGUS", "hard": 5, "soft": 5},
+            ])
+        );
+        assert!(
+            !clamp_rlimits(&mut spec, &hard_limits(LIMITS)),
+            "nothing left to do"
+        );
+        // An exec's process file holds its rlimits at the top level.
+        let mut proc =
+            serde_json::json!({"rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1048576, "soft": 1}]});
+        assert!(clamp_rlimits(&mut proc, &hard_limits(LIMITS)));
+        assert_eq!(proc["rlimits"][0]["hard"], 20000);
+        // Docker's spec has none.
+        let mut docker: Value = serde_json::from_str(DOCKER_PRIVILEGED_SPEC).unwrap();
+        let before = docker.clone();
+        assert!(!clamp_rlimits(&mut docker, &hard_limits(LIMITS)));
+        assert_eq!(docker, before);
     }
 }

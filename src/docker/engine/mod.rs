@@ -106,6 +106,10 @@ struct Known {
 /// controller's endpoint-delete loop and the exit handlers releasing the containers' networks
 /// waited on each other's locks, and every later request hung until dockerd was killed. Fewer
 /// removals at once make that interleaving rarer; a cluster's 50 nodes still go in seconds.
+/// Engine 26.1 did not hang with 100 at once, but it was no faster either: 100 running node
+/// containers of one network went in 12.0 s (median of 3 rounds) four at a time and 15.5 s all
+/// at once (`xtask removals`, docs/performance.md), since the engine does the removals' work one
+/// after another. So every engine keeps the cap.
 const MAX_REMOVALS: usize = 4;
 
 /// The engine answering, as it says at connect time.
@@ -151,6 +155,23 @@ impl BollardRuntime {
     /// negotiate the API version with the engine.
     pub async fn connect(docker_host: Option<&str>) -> Result<Self, RuntimeError> {
         Self::connect_with(&EngineOptions::host(docker_host)).await
+    }
+
+    /// Whether a network of exactly this name exists (the engine's `name` filter matches
+    /// substrings).
+    async fn network_exists(&self, name: &str) -> RuntimeResult<bool> {
+        let filters = HashMap::from([("name", vec![name])]);
+        self.count(Op::NetworkList);
+        let networks = self
+            .docker
+            .list_networks(Some(
+                ListNetworksOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| classify("list networks", e))?;
+        Ok(networks.iter().any(|n| n.name.as_deref() == Some(name)))
     }
 
     /// Connect as `options` say (see [`EngineOptions`]) and negotiate the API version.
@@ -396,22 +417,7 @@ impl ContainerRuntime for BollardRuntime {
             return Ok(());
         }
         let _serialized = self.network_lock.lock().await;
-        // The `name` filter matches substrings; compare exactly.
-        let filters = HashMap::from([("name", vec![spec.name.as_str()])]);
-        self.count(Op::NetworkList);
-        let networks = self
-            .docker
-            .list_networks(Some(
-                ListNetworksOptionsBuilder::default()
-                    .filters(&filters)
-                    .build(),
-            ))
-            .await
-            .map_err(|e| classify("list networks", e))?;
-        if networks
-            .iter()
-            .any(|n| n.name.as_deref() == Some(spec.name.as_str()))
-        {
+        if self.network_exists(&spec.name).await? {
             self.learn(|k| k.networks.insert(spec.name.clone()));
             return Ok(());
         }
@@ -437,7 +443,14 @@ impl ContainerRuntime for BollardRuntime {
             // process created it since we listed, and it is the one to join.
             Err(e) => match classify(&format!("create network {}", spec.name), e) {
                 RuntimeError::Conflict(_) => {}
-                other => return Err(other),
+                // Podman before 4.5 answers that with 500 ("network name ... already used:
+                // network already exists"): whatever the status, a network of the name that
+                // exists now is the one to join.
+                other => {
+                    if !self.network_exists(&spec.name).await.unwrap_or(false) {
+                        return Err(other);
+                    }
+                }
             },
         }
         self.learn(|k| k.networks.insert(spec.name.clone()));
