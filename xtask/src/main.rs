@@ -18,6 +18,25 @@ enum Task {
     /// capd-rs, upstream CAPD and the floor provisioning N light machines each, side by side on
     /// the local plane (run through `hack/bench.sh`, which prepares its inputs).
     Bench(Box<BenchArgs>),
+    /// The engine alone removing N running node containers of one network, each count of
+    /// `--at-once` in turn, in rounds (the measurement behind the engine adapter's removal cap).
+    Removals {
+        /// The engine's socket.
+        #[arg(long, default_value = "unix:///var/run/docker.sock")]
+        docker_host: String,
+        /// The node image (hack/bench.sh builds capd-rs-bench/node:light).
+        #[arg(long, default_value = "capd-rs-bench/node:light")]
+        image: String,
+        #[arg(long, default_value_t = 100)]
+        n: usize,
+        #[arg(long, value_delimiter = ',', default_value = "4,100")]
+        at_once: Vec<usize>,
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Seconds one removal phase may take before the engine counts as hung.
+        #[arg(long, default_value_t = 180)]
+        timeout: u64,
+    },
     /// Re-draw the table and plot of a bench result.
     BenchReport {
         json: PathBuf,
@@ -290,6 +309,31 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 &a.font,
             )?;
             Ok(true)
+        }
+        Task::Removals {
+            docker_host,
+            image,
+            n,
+            at_once,
+            rounds,
+            timeout,
+        } => {
+            let cfg = xtask::bench::removals::Config {
+                docker_host,
+                image,
+                n,
+                at_once,
+                rounds,
+                timeout: std::time::Duration::from_secs(timeout),
+            };
+            let (engine, samples) = tokio::runtime::Runtime::new()?
+                .block_on(xtask::bench::removals::run(&cfg))
+                .map_err(|e| format!("{e:#}"))?;
+            print!(
+                "{}",
+                xtask::bench::removals::table(&engine, cfg.n, &cfg.at_once, &samples)
+            );
+            Ok(samples.iter().all(|s| s.seconds.is_some()))
         }
         Task::BenchReport { json, png, font } => {
             let text =

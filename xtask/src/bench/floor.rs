@@ -3,7 +3,8 @@
 //! container (as privileged and with the same mounts as a node), start it, run the bootstrap in
 //! one exec, read the exec's exit code. All machines at once, up to the managers' default
 //! concurrency (100); removal four at a time, as capd-rs removes (more in parallel deadlocks the
-//! Engine 20.10 network controller, see the bollard adapter).
+//! Engine 20.10 network controller, see the bollard adapter; `removals.rs` measures other
+//! counts).
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Arc,
@@ -26,7 +27,7 @@ use tokio::sync::Semaphore;
 /// The managers' default DockerMachine concurrency (both capd-rs and upstream).
 const PARALLELISM: usize = 100;
 /// capd-rs's bound on parallel removals.
-const REMOVALS: usize = 4;
+pub const REMOVALS: usize = 4;
 
 /// The bootstrap of `objects::BOOTSTRAP`, as the shell a provider turns it into.
 const SCRIPT: &str = "set -e; mkdir -p /etc/capd-bench; printf 'written by the capd-rs bench\\n' > /etc/capd-bench/hello.txt; chmod 0644 /etc/capd-bench/hello.txt; mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete";
@@ -135,8 +136,8 @@ impl Floor {
         }
     }
 
-    /// Removes the machines (and their anonymous volumes).
-    pub async fn remove(&self, prefix: &str, n: usize) -> Result<Duration> {
+    /// Removes the machines (and their anonymous volumes), `at_once` at a time.
+    pub async fn remove(&self, prefix: &str, n: usize, at_once: usize) -> Result<Duration> {
         let start = Instant::now();
         let results: Vec<Result<()>> = stream::iter(0..n)
             .map(|i| async move {
@@ -149,7 +150,7 @@ impl Floor {
                     .await
                     .context("remove")
             })
-            .buffer_unordered(REMOVALS)
+            .buffer_unordered(at_once.max(1))
             .collect()
             .await;
         results.into_iter().collect::<Result<()>>()?;

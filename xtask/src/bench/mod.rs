@@ -17,6 +17,7 @@ pub mod in_memory;
 pub mod nodes;
 pub mod objects;
 pub mod process;
+pub mod removals;
 pub mod report;
 
 use std::{
@@ -468,7 +469,7 @@ impl Bench {
             let after = self.counter.snapshot();
             let names: Vec<String> = (0..n).map(|i| format!("{id}-{i}")).collect();
             self.check_bootstrapped(FLOOR, id, &names).await?;
-            let delete_s = floor.remove(id, n).await?.as_secs_f64();
+            let delete_s = floor.remove(id, n, floor::REMOVALS).await?.as_secs_f64();
             let end = self.counter.snapshot();
             Ok(Run {
                 delete_s,
