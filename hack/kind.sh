@@ -13,6 +13,8 @@
 # were measured on.
 #   hack/kind.sh up       create the cluster (kept if it exists); kubeconfig: $KIND_DIR/kubeconfig
 #   hack/kind.sh down     delete the cluster and its network
+#   hack/kind.sh network  only create the network (labelled, as `up` does), for a kind cluster made
+#                         by someone else on it: hack/upstream-e2e.sh E2E_KIND=framework
 #   hack/kind.sh status
 source "$(dirname "$0")/lib.sh"
 
@@ -108,7 +110,8 @@ status() {
 
 case ${1:-} in
   up) up ;;
+  network) create_network ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|network|status" >&2; exit 2 ;;
 esac

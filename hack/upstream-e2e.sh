@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Upstream Cluster API's own e2e specs (sigs.k8s.io/cluster-api/test/e2e v$CAPI_VERSION, from the
-# Go module proxy) against capd-rs, on a kind management cluster of hack/kind.sh. The logic is the
-# Go suite in hack/upstream-e2e/ (the suite: suite_test.go; the specs: specs_test.go); this
-# script builds it, brings the cluster up, runs it and tears down what it made.
+# Go module proxy) against capd-rs, on a kind management cluster of hack/kind.sh, or one made by
+# upstream's framework (E2E_KIND=framework). The logic is the Go suite in hack/upstream-e2e/ (the
+# suite: suite_test.go and bootstrap_test.go; the specs: specs_test.go); this script builds it,
+# brings the cluster up (or has the suite do it), runs it and tears down what it made.
 #   hack/upstream-e2e.sh [run] [LABEL-FILTER]   default filter: quick-start
 #   hack/upstream-e2e.sh build                  only compile the suite (cached by a hash of its inputs)
 #   hack/upstream-e2e.sh plan [LABEL-FILTER]    the specs a run would select and what it would prepare
@@ -36,7 +37,19 @@
 #                             upstream's specs of those names on its in-memory flavors
 #                             (in-memory-topology, in-memory-scale): config.yaml turns on capd-rs's
 #                             --in-memory-backend
-# Environment: KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
+# Environment: E2E_KIND, who makes the kind management cluster:
+#   script     (default) hack/kind.sh up, then hack/kind-providers.sh load; the suite gets its
+#              kubeconfig and talks to no Docker Engine (no node logs in the artifacts)
+#   framework  the suite, as upstream's CI does: bootstrap.CreateKindBootstrapClusterAndLoadImages
+#              of upstream's framework (node image kindest/node for config.yaml's
+#              KUBERNETES_VERSION_MANAGEMENT, its IP_FAMILY `dual`, config.yaml's images loaded from
+#              the local engine, nothing pulled), on the labelled network of `hack/kind.sh network`;
+#              the framework's DockerLogCollector writes every Machine's node logs to
+#              ARTIFACTS/clusters/<cluster>/machines/<machine>/ and the management node's to
+#              ARTIFACTS/clusters/bootstrap/machines/; the suite deletes the cluster at the end
+#              (KEEP_CLUSTER=1: upstream's -e2e.skip-resource-cleanup, which keeps the workload
+#              clusters too). KIND_CLUSTER must be config.yaml's managementClusterName (capd-e2e).
+# KIND_CLUSTER (default capd-e2e), KIND_EXPERIMENTAL_DOCKER_NETWORK (default capd-e2e;
 # workload containers join it too), CAPD_IMAGE (default docker.io/capd-rs/manager:e2e, rebuilt from
 # this tree unless CAPD_IMAGE_REBUILD=false), KEEP_CLUSTER=1 (keep the kind cluster afterwards),
 # ARTIFACTS (default $CACHE_DIR/upstream-e2e/<time>, the last 5 kept: logs, resource dumps, the
@@ -55,6 +68,9 @@ export CAPD_IMAGE=${CAPD_IMAGE:-docker.io/capd-rs/manager:e2e}
 SUITE_DIR="$HACK_DIR/upstream-e2e"
 SUITE_BIN_DIR="$BIN_DIR/upstream-e2e-v$CAPI_VERSION"
 KIND_DIR="$CACHE_DIR/kind/$KIND_CLUSTER"
+KIND="$BIN_DIR/kind-v$KIND_VERSION/kind"
+# Who makes the kind management cluster: hack/kind.sh (script) or upstream's framework (framework).
+E2E_KIND=${E2E_KIND:-script}
 
 # build: the suite's test binary, named by a hash of everything it is compiled from.
 build() {
@@ -157,6 +173,29 @@ down() {
   fi
 }
 
+# grep without -q: see hack/kind.sh (kind dies of SIGPIPE otherwise).
+kind_cluster_exists() { [[ -x $KIND ]] && "$KIND" get clusters 2>/dev/null | grep -x "$KIND_CLUSTER" >/dev/null; }
+
+# framework_cluster_prepare: what E2E_KIND=framework needs before the suite makes the cluster.
+# - The cluster's name is config.yaml's managementClusterName (the framework takes it from there);
+#   KIND_CLUSTER must agree, since the locks, `down` and the kubeconfig go by KIND_CLUSTER.
+# - No cluster of that name may exist (kind would refuse to create it).
+# - The kind network: the kind library puts the node on KIND_EXPERIMENTAL_DOCKER_NETWORK (exported
+#   above), which workload containers join too; it is ours and labelled, as hack/kind.sh makes it
+#   (so that `down` removes it and the leftovers on it, never those on the shared `kind` network).
+#   The framework makes the cluster with config.yaml's IP_FAMILY, upstream's `dual`, as upstream's
+#   CI does: the network gets an IPv6 subnet too (KIND_IPV6=1).
+framework_cluster_prepare() {
+  local name
+  name=$(sed -n 's/^managementClusterName: *//p' "$SUITE_DIR/config.yaml")
+  [[ $KIND_CLUSTER == "$name" ]] ||
+    die "E2E_KIND=framework: the framework names the cluster $name (config.yaml managementClusterName), not KIND_CLUSTER=$KIND_CLUSTER"
+  ! kind_cluster_exists || die "E2E_KIND=framework: a kind cluster $KIND_CLUSTER exists; hack/upstream-e2e.sh down first"
+  [[ ${KIND_IPV6:-1} == 1 ]] ||
+    die "E2E_KIND=framework: the framework's cluster is dual-stack (config.yaml IP_FAMILY), KIND_IPV6=0 does not apply"
+  KIND_IPV6=1 "$HACK_DIR/kind.sh" network
+}
+
 # summary <artifacts>: the Markdown table of every upstream Describe with this run's outcome
 # (xtask e2e-report, from the Ginkgo JSON report), written to <artifacts>/report.md.
 summary() {
@@ -248,9 +287,23 @@ run() {
       "$(sed -n 's/^ *KUBERNETES_VERSION_ADOPTION: *//p' "$SUITE_DIR/config.yaml")"
   fi
   "$HACK_DIR/kind-providers.sh" build
-  "$HACK_DIR/kind.sh" up
-  if [[ ${KEEP_CLUSTER:-0} != 1 ]]; then trap down EXIT; fi
-  "$HACK_DIR/kind-providers.sh" load
+  local cluster_args
+  if [[ $E2E_KIND == framework ]]; then
+    framework_cluster_prepare
+    # The suite creates the cluster (suite_test.go, bootstrap_test.go) and deletes it at the end
+    # unless -e2e.skip-resource-cleanup; the trap also removes what a crashed or interrupted suite
+    # left (the cluster by name, workload containers and the network by label).
+    if [[ ${KEEP_CLUSTER:-0} != 1 ]]; then trap down EXIT; fi
+    cluster_args=(-e2e.create-bootstrap-cluster)
+    # KEEP_CLUSTER=1: upstream's flag, which keeps the framework's kind cluster, and the
+    # workload clusters too.
+    [[ ${KEEP_CLUSTER:-0} == 1 ]] && cluster_args+=(-e2e.skip-resource-cleanup)
+  else
+    "$HACK_DIR/kind.sh" up
+    if [[ ${KEEP_CLUSTER:-0} != 1 ]]; then trap down EXIT; fi
+    "$HACK_DIR/kind-providers.sh" load
+    cluster_args=(-e2e.kubeconfig "$KIND_DIR/kubeconfig")
+  fi
   local cfg repo version
   cfg=$("$HACK_DIR/kind-providers.sh" repo)
   repo=$(dirname "$cfg")
@@ -263,7 +316,7 @@ run() {
   log "running the upstream e2e specs matching '${filter:-all}'; artifacts: $artifacts"
   local rc=0 extra=() procs=${E2E_PROCS:-1} suite_args runner
   read -ra extra <<<"${E2E_ARGS:-}"
-  suite_args=(-e2e.config "$SUITE_DIR/config.yaml" -e2e.kubeconfig "$KIND_DIR/kubeconfig"
+  suite_args=(-e2e.config "$SUITE_DIR/config.yaml" "${cluster_args[@]}"
     -e2e.artifacts-folder "$artifacts" "${extra[@]}")
   if ((procs > 1)); then
     # Ginkgo's CLI runs the binary in $procs processes (the first one prepares the management
@@ -274,7 +327,7 @@ run() {
     runner=("$bin" -test.v -test.timeout 4h -ginkgo.v -ginkgo.label-filter "$filter"
       -ginkgo.json-report "$artifacts/report.json" "${suite_args[@]}")
   fi
-  log "running the upstream e2e specs in $procs process(es)"
+  log "running the upstream e2e specs in $procs process(es); the kind management cluster made by: $E2E_KIND"
   (
     cd "$SUITE_DIR"
     CAPD_E2E_REPO=$repo CAPD_E2E_VERSION=$version CAPD_E2E_IMAGE=$CAPD_IMAGE \
@@ -286,6 +339,12 @@ run() {
       "${runner[@]}"
   ) 2>&1 | tee "$artifacts/run.log" || rc=$?
   rm -f "$bin"
+  if [[ $E2E_KIND == framework && ${KEEP_CLUSTER:-0} == 1 ]] && kind_cluster_exists; then
+    # The framework wrote its kubeconfig to a temporary file: keep one where hack/kind.sh would.
+    mkdir -p "$KIND_DIR"
+    "$KIND" get kubeconfig --name "$KIND_CLUSTER" > "$KIND_DIR/kubeconfig"
+    log "kept the framework's kind cluster $KIND_CLUSTER; kubeconfig: $KIND_DIR/kubeconfig"
+  fi
   log "summary (${filter:-all}; $(( (SECONDS - t0) / 60 )) min in all; artifacts $artifacts):"
   summary "$artifacts"
   return "$rc"
@@ -300,6 +359,11 @@ hold_cluster() {
   exec 9>"$lock"
   flock -n 9 || die "another hack/upstream-e2e.sh is using the kind cluster $KIND_CLUSTER ($lock)"
 }
+
+case $E2E_KIND in
+  script | framework) ;;
+  *) die "E2E_KIND=$E2E_KIND: script (hack/kind.sh, the default) or framework" ;;
+esac
 
 case ${1:-run} in
   build) build >/dev/null ;;

@@ -1,15 +1,17 @@
 //go:build e2e
 
 // Package upstreame2e runs upstream Cluster API's own e2e specs (the exported spec functions of
-// sigs.k8s.io/cluster-api/test/e2e) against capd-rs, on an existing kind management cluster that
-// hack/upstream-e2e.sh creates (hack/kind.sh) and loads the provider images into
-// (hack/kind-providers.sh load). This file is the suite: it loads config.yaml, lays out a clusterctl
-// repository with the framework's helper, and runs clusterctl init through the framework. The specs
-// are in specs_test.go.
+// sigs.k8s.io/cluster-api/test/e2e) against capd-rs. This file is the suite: it loads config.yaml,
+// lays out a clusterctl repository with the framework's helper, and runs clusterctl init through the
+// framework. The specs are in specs_test.go.
 //
-// Nothing here talks to the Docker Engine: the framework's Docker code needs Engine API >= 1.44, so
-// neither a kind bootstrap cluster nor a container log collector is used (the ClusterProxy has no
-// log collector: the framework then skips machine logs and keeps the resource dumps).
+// The management cluster is one of two (hack/upstream-e2e.sh E2E_KIND):
+//   - by default an existing kind cluster (-e2e.kubeconfig) that hack/upstream-e2e.sh creates
+//     (hack/kind.sh) and loads the provider images into (hack/kind-providers.sh load). Then nothing
+//     here talks to the Docker Engine, and the ClusterProxy has no log collector (the framework
+//     skips machine logs and keeps the resource dumps);
+//   - with -e2e.create-bootstrap-cluster, the kind cluster upstream's own suite makes through the
+//     framework's bootstrap package, with the framework's Docker log collector (bootstrap_test.go).
 package upstreame2e
 
 import (
@@ -30,6 +32,7 @@ import (
 
 	"sigs.k8s.io/cluster-api/test/e2e"
 	"sigs.k8s.io/cluster-api/test/framework"
+	"sigs.k8s.io/cluster-api/test/framework/bootstrap"
 	"sigs.k8s.io/cluster-api/test/framework/clusterctl"
 	"sigs.k8s.io/cluster-api/test/framework/ginkgoextensions"
 	infrav1 "sigs.k8s.io/cluster-api/test/infrastructure/docker/api/v1beta2"
@@ -40,6 +43,7 @@ var (
 	kubeconfigPath string
 	artifactFolder string
 	skipCleanup    bool
+	createCluster  bool
 
 	ctx                   = ctrl.SetupSignalHandler()
 	watchesCtx, cancelAll = context.WithCancel(ctx)
@@ -47,13 +51,18 @@ var (
 	e2eConfig             *clusterctl.E2EConfig
 	clusterctlConfigPath  string
 	bootstrapClusterProxy framework.ClusterProxy
+	// The kind cluster the framework made (-e2e.create-bootstrap-cluster; the first process only).
+	bootstrapClusterProvider bootstrap.ClusterProvider
 )
 
 func init() {
 	flag.StringVar(&configPath, "e2e.config", "", "the e2e config (hack/upstream-e2e/config.yaml); ${CAPD_E2E_*} in it are expanded from the environment")
 	flag.StringVar(&kubeconfigPath, "e2e.kubeconfig", "", "kubeconfig of the existing management cluster (hack/kind.sh)")
 	flag.StringVar(&artifactFolder, "e2e.artifacts-folder", "", "where the logs, dumps and the clusterctl repository go")
-	flag.BoolVar(&skipCleanup, "e2e.skip-resource-cleanup", false, "keep the workload clusters and namespaces (debugging)")
+	flag.BoolVar(&skipCleanup, "e2e.skip-resource-cleanup", false, "keep the workload clusters and namespaces, and a kind cluster the framework made (debugging)")
+	flag.BoolVar(&createCluster, "e2e.create-bootstrap-cluster", false,
+		"instead of -e2e.kubeconfig's cluster, create the kind management cluster through the framework as upstream's suite does, "+
+			"with the config's images loaded and the framework's Docker log collector; deleted at the end unless -e2e.skip-resource-cleanup")
 }
 
 func TestE2E(t *testing.T) {
@@ -72,12 +81,20 @@ func TestE2E(t *testing.T) {
 // clusterctl init); with `ginkgo --procs N` (hack/upstream-e2e.sh E2E_PROCS) every process then
 // loads the same config and repository and runs its share of the specs against it.
 var _ = SynchronizedBeforeSuite(func() []byte {
-	Expect(kubeconfigPath).To(BeAnExistingFile(), "-e2e.kubeconfig must name the management cluster's kubeconfig")
+	if !createCluster {
+		Expect(kubeconfigPath).To(BeAnExistingFile(), "-e2e.kubeconfig must name the management cluster's kubeconfig")
+	}
 
 	By("Loading the e2e config " + configPath)
 	expanded := expandConfig(configPath)
 	config := clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: expanded})
 	Expect(config).ToNot(BeNil())
+
+	if createCluster {
+		By("Creating the kind management cluster " + config.ManagementClusterName + " through the framework")
+		bootstrapClusterProvider = createBootstrapCluster(config)
+		kubeconfigPath = bootstrapClusterProvider.GetKubeconfigPath()
+	}
 
 	By("Creating the clusterctl local repository with the framework")
 	repo := filepath.Join(artifactFolder, "repository")
@@ -91,7 +108,7 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	addCertManager(clusterctlConfig)
 
 	By("Running clusterctl init through the framework on the management cluster of " + kubeconfigPath)
-	proxy := framework.NewClusterProxy("bootstrap", kubeconfigPath, initScheme())
+	proxy := framework.NewClusterProxy("bootstrap", kubeconfigPath, initScheme(), proxyOptions()...)
 	Expect(proxy).ToNot(BeNil())
 	clusterctl.InitManagementClusterAndWatchControllerLogs(watchesCtx, clusterctl.InitManagementClusterAndWatchControllerLogsInput{
 		ClusterProxy:            proxy,
@@ -103,26 +120,57 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 		LogFolder:                 filepath.Join(artifactFolder, "clusters", proxy.GetName()),
 		DisableMetricsCollection:  true,
 	}, config.GetIntervals(proxy.GetName(), "wait-controllers")...)
-	return []byte(expanded + "\n" + clusterctlConfig)
+	// The management cluster's kubeconfig goes along: with -e2e.create-bootstrap-cluster only the
+	// first process knows where the framework wrote it.
+	return []byte(expanded + "\n" + clusterctlConfig + "\n" + kubeconfigPath)
 }, func(shared []byte) {
-	paths := strings.SplitN(string(shared), "\n", 2)
-	Expect(paths).To(HaveLen(2), "the first process passes the config and the clusterctl config")
+	paths := strings.SplitN(string(shared), "\n", 3)
+	Expect(paths).To(HaveLen(3), "the first process passes the config, the clusterctl config and the kubeconfig")
 	e2eConfig = clusterctl.LoadE2EConfig(ctx, clusterctl.LoadE2EConfigInput{ConfigPath: paths[0]})
 	Expect(e2eConfig).ToNot(BeNil())
 	clusterctlConfigPath = paths[1]
-	bootstrapClusterProxy = framework.NewClusterProxy("bootstrap", kubeconfigPath, initScheme())
+	kubeconfigPath = paths[2]
+	bootstrapClusterProxy = framework.NewClusterProxy("bootstrap", kubeconfigPath, initScheme(), proxyOptions()...)
 	Expect(bootstrapClusterProxy).ToNot(BeNil())
 })
 
 var _ = SynchronizedAfterSuite(func() {
-	if bootstrapClusterProxy != nil {
+	// Every process's proxy but the first's, which the last step still uses.
+	if bootstrapClusterProxy != nil && GinkgoParallelProcess() != 1 {
 		bootstrapClusterProxy.Dispose(ctx)
 	}
 }, func() {
-	// The providers' log streams (the first process's); the kind cluster itself is
-	// hack/upstream-e2e.sh's to delete.
+	// On the first process, once every process is done. The providers' log streams are its own.
+	if bootstrapClusterProvider != nil && bootstrapClusterProxy != nil {
+		By("Collecting the management cluster's node logs")
+		collectBootstrapNodeLogs(bootstrapClusterProxy)
+	}
 	cancelAll()
+	if bootstrapClusterProxy != nil {
+		bootstrapClusterProxy.Dispose(ctx)
+	}
+	// A kind cluster made by hack/kind.sh is hack/upstream-e2e.sh's to delete; the framework's is
+	// deleted here, as upstream's suite does, unless the run keeps its resources.
+	if bootstrapClusterProvider != nil {
+		if skipCleanup {
+			fmt.Fprintf(GinkgoWriter, "keeping the kind management cluster (-e2e.skip-resource-cleanup); kubeconfig %s\n", kubeconfigPath)
+		} else {
+			By("Deleting the kind management cluster the framework made")
+			bootstrapClusterProvider.Dispose(ctx)
+		}
+	}
 })
+
+// proxyOptions: the framework's Docker log collector on the management cluster of
+// -e2e.create-bootstrap-cluster, so that the specs' dumps include each Machine's node logs (the
+// collector execs into the Machine's container, named as capd-rs names it). The default path has
+// none, as before.
+func proxyOptions() []framework.Option {
+	if !createCluster {
+		return nil
+	}
+	return []framework.Option{framework.WithMachineLogCollector(framework.DockerLogCollector{})}
+}
 
 func initScheme() *runtime.Scheme {
 	sc := runtime.NewScheme()
