@@ -155,8 +155,7 @@ pub const UPSTREAM_SPECS: &[UpstreamSpec] = &[
         "kubeadm join of an older worker",
         NotRunnable(
             "its flavor's fetch-kubeadm.sh downloads kubeadm from dl.k8s.io (the URL is fixed in the \
-             flavor; this host is offline and calls no outside address), and the spec then reads the \
-             node through the framework's Docker client, which needs Engine API >= 1.44 (ours: 1.41)",
+             flavor; this host is offline and calls no outside address)",
         ),
     ),
     spec(
