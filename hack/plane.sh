@@ -132,7 +132,10 @@ start_apiserver() {
   log "starting kube-apiserver v$K8S_VERSION on 127.0.0.1:$APISERVER_PORT${adv:+ (advertising $adv)}"
   mkdir -p "$PLANE_DIR/apiserver"
   # Flags as envtest's, with our certs: client-cert auth (admin = O=system:masters), RBAC, and
-  # no ServiceAccount admission (no controller would ever create the default SA).
+  # no ServiceAccount admission (no controller would ever create the default SA). Plus
+  # OwnerReferencesPermissionEnforcement, as upstream's e2e kind clusters run: setting
+  # blockOwnerDeletion needs the right to update the owner's finalizers, which the test managers'
+  # shipped role must grant.
   start_proc "$APISERVER_PID" "$APISERVER_LOG" "$K8S_BIN_DIR/kube-apiserver" \
     --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address=127.0.0.1 --secure-port="$APISERVER_PORT" ${adv:+--advertise-address="$adv"} \
@@ -144,6 +147,7 @@ start_apiserver() {
     --service-cluster-ip-range=10.0.0.0/24 \
     --authorization-mode=RBAC \
     --disable-admission-plugins=ServiceAccount \
+    --enable-admission-plugins=OwnerReferencesPermissionEnforcement \
     --allow-privileged=true \
     --profiling=false
   wait_for 180 "kube-apiserver /readyz (see $APISERVER_LOG)" apiserver_ready
