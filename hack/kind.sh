@@ -32,6 +32,9 @@ KIND_IPV6=${KIND_IPV6:-0}
 # SIGPIPE, which pipefail turns into "no such cluster" when others are listed after ours.
 exists() { "$KIND" get clusters 2>/dev/null | grep -x "$KIND_CLUSTER" >/dev/null; }
 
+# The API server runs OwnerReferencesPermissionEnforcement, as on the kind clusters upstream's e2e
+# framework makes: an ownerReference with blockOwnerDeletion is refused unless its writer may
+# update the owner's finalizers, an RBAC gap nothing else shows (a DevMachinePool's instances).
 config() {
   cat <<EOF
 kind: Cluster
@@ -48,6 +51,11 @@ kubeadmConfigPatches:
 - |
   kind: KubeletConfiguration
   failCgroupV1: false
+- |
+  kind: ClusterConfiguration
+  apiServer:
+    extraArgs:
+      enable-admission-plugins: OwnerReferencesPermissionEnforcement
 EOF
 }
 
