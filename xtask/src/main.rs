@@ -326,14 +326,17 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 rounds,
                 timeout: std::time::Duration::from_secs(timeout),
             };
-            let (engine, samples) = tokio::runtime::Runtime::new()?
+            let out = tokio::runtime::Runtime::new()?
                 .block_on(xtask::bench::removals::run(&cfg))
                 .map_err(|e| format!("{e:#}"))?;
             print!(
                 "{}",
-                xtask::bench::removals::table(&engine, cfg.n, &cfg.at_once, &samples)
+                xtask::bench::removals::table(&out.engine, cfg.n, &cfg.at_once, &out.samples)
             );
-            Ok(samples.iter().all(|s| s.seconds.is_some()))
+            if let Some(e) = &out.clean_up_error {
+                println!("\nclean-up after the rounds failed: {e}");
+            }
+            Ok(out.samples.iter().all(|s| s.seconds.is_some()) && out.clean_up_error.is_none())
         }
         Task::BenchReport { json, png, font } => {
             let text =

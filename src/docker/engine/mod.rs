@@ -109,7 +109,8 @@ struct Known {
 /// Engine 26.1 did not hang with 100 at once, but it was no faster either: 100 running node
 /// containers of one network went in 12.0 s (median of 3 rounds) four at a time and 15.5 s all
 /// at once (`xtask removals`, docs/performance.md), since the engine does the removals' work one
-/// after another. So every engine keeps the cap.
+/// after another (20.10, measured the same way: 8.6–9.9 s and 8.3–11.4 s). So every engine keeps
+/// the cap.
 const MAX_REMOVALS: usize = 4;
 
 /// The engine answering, as it says at connect time.

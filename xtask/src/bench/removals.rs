@@ -77,9 +77,20 @@ pub fn table(engine: &str, n: usize, at_once: &[usize], samples: &[Sample]) -> S
     out
 }
 
+/// What a run measured, and how its clean-up went.
+pub struct Outcome {
+    /// The engine's version and API version.
+    pub engine: String,
+    pub samples: Vec<Sample>,
+    /// Why the containers or the network could not be removed afterwards: a finding too (Engine
+    /// 20.10 refused the network, "has active endpoints", after 100 removals at once, moby#42119).
+    /// `None` when everything went, or when the engine hung (then it is left for a look).
+    pub clean_up_error: Option<String>,
+}
+
 /// Runs the rounds; every container and the network it made are removed at the end (unless the
 /// engine hung, when it is left as it is for a look, with its label to clean up by).
-pub async fn run(cfg: &Config) -> Result<(String, Vec<Sample>)> {
+pub async fn run(cfg: &Config) -> Result<Outcome> {
     let docker = Docker::connect_with_unix(
         cfg.docker_host.trim_start_matches("unix://"),
         120,
@@ -135,11 +146,20 @@ pub async fn run(cfg: &Config) -> Result<(String, Vec<Sample>)> {
     }
     .await;
     let hung = samples.iter().any(|s| s.seconds.is_none());
-    if !hung {
-        clean_up(&docker, &id).await?;
-    }
+    let clean_up_error = if hung {
+        None
+    } else {
+        clean_up(&docker, &id)
+            .await
+            .err()
+            .map(|e| format!("{e:#} (left behind: network {id})"))
+    };
     measured?;
-    Ok((engine, samples))
+    Ok(Outcome {
+        engine,
+        samples,
+        clean_up_error,
+    })
 }
 
 async fn clean_up(docker: &Docker, id: &str) -> Result<()> {
