@@ -144,11 +144,13 @@ fn every_shipped_verb_is_used() {
     // Never requested: the API server's OwnerReferencesPermissionEnforcement checks them when a
     // pool creates an instance owned by it with blockOwnerDeletion (the plane runs that plugin,
     // so the pool tests fail without them).
-    let admission_only: BTreeSet<(String, String)> =
-        ["dockermachinepools/finalizers", "devmachinepools/finalizers"]
-            .iter()
-            .map(|r| ("update".to_string(), r.to_string()))
-            .collect();
+    let admission_only: BTreeSet<(String, String)> = [
+        "dockermachinepools/finalizers",
+        "devmachinepools/finalizers",
+    ]
+    .iter()
+    .map(|r| ("update".to_string(), r.to_string()))
+    .collect();
     let unused: Vec<_> = granted
         .difference(&used)
         .filter(|g| !race_only.contains(*g) && !admission_only.contains(*g))
