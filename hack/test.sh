@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The full test suite, from a fresh machine: installs and starts everything it needs (Docker
-# Engine 26.1, and 20.10 for the engine-facing part at the end; local images, kube-apiserver/etcd and the CAPI managers built from the Go module proxy),
+# Engine 26.1, 20.10 for the engine-facing part at the end, Podman 4.3 for its light subset; local images, kube-apiserver/etcd and the CAPI managers built from the Go module proxy),
 # then runs formatting and lint checks, unit tests, integration tests against the real API server
 # and Docker Engine, the packaging checks and the end-to-end test driven by the real Cluster API.
 #   hack/test.sh            # everything
