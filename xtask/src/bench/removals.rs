@@ -33,7 +33,6 @@ pub struct Config {
 /// One removal phase: `seconds` is `None` when it had not ended within the timeout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sample {
-    pub round: usize,
     pub at_once: usize,
     pub seconds: Option<f64>,
 }
@@ -133,7 +132,6 @@ pub async fn run(cfg: &Config) -> Result<Outcome> {
                     cfg.n
                 );
                 samples.push(Sample {
-                    round,
                     at_once: k,
                     seconds,
                 });
@@ -195,18 +193,14 @@ mod tests {
 
     #[test]
     fn the_table_gives_median_range_and_a_hang() {
-        let s = |round, at_once, seconds| Sample {
-            round,
-            at_once,
-            seconds,
-        };
+        let s = |at_once, seconds| Sample { at_once, seconds };
         let samples = [
-            s(0, 4, Some(9.0)),
-            s(0, 100, Some(10.0)),
-            s(1, 100, Some(8.0)),
-            s(1, 4, Some(7.0)),
-            s(2, 4, Some(6.0)),
-            s(2, 100, None),
+            s(4, Some(9.0)),
+            s(100, Some(10.0)),
+            s(100, Some(8.0)),
+            s(4, Some(7.0)),
+            s(4, Some(6.0)),
+            s(100, None),
         ];
         let t = table("Engine x", 100, &[4, 100], &samples);
         assert!(t.contains("| 4 | 3 | 7.0 | 6.0–9.0 | no |"), "{t}");
