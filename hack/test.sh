@@ -119,7 +119,9 @@ cargo test --locked --test kind_clusterctl -- --nocapture
 # On the kind cluster upstream's framework makes, as upstream's CI does (its admission plugins, its
 # node log collector); hack/kind.sh's clusters are covered by the kind steps above.
 step "upstream Cluster API's e2e specs on upstream's own flavors against capd-rs, on the kind cluster upstream's framework makes: QuickStart, QuickStart with ClusterClass, MachineDeployment remediation (E2E_KIND=framework hack/upstream-e2e.sh; every other spec: hack/upstream-e2e.sh run all)"
-E2E_KIND=framework CAPD_IMAGE=docker.io/capd-rs/manager:kind CAPD_IMAGE_REBUILD=false \
+# The three specs in three Ginkgo processes: they mostly wait on kubelets, so side by side they
+# take about as long as the longest alone (QuickStart, ~6 min) instead of the sum (~13).
+E2E_KIND=framework E2E_PROCS=3 CAPD_IMAGE=docker.io/capd-rs/manager:kind CAPD_IMAGE_REBUILD=false \
   hack/upstream-e2e.sh run 'quick-start || quick-start-clusterclass || md-remediation'
 step "every verb config/rbac grants was used by a test manager"
 cargo test --locked --test rbac -- --ignored every_shipped_verb_is_used
@@ -140,7 +142,7 @@ hack/capi.sh down >/dev/null 2>&1 || true
   cargo test --locked --test docker_engine --test controllers
   hack/faults.sh --fast
   hack/capi.sh up
-  cargo test --locked --test e2e_nodes the_default_template_gives_a_workload_cluster_whose_nodes_go_ready -- --exact --nocapture
+  cargo test --locked --test e2e_nodes a_default_template_cluster_goes_ready_serves_traffic_and_leaves_nothing -- --exact --ignored --nocapture
 )
 hack/docker-engine.sh
 

@@ -58,7 +58,8 @@
 # specs in that many parallel Ginkgo processes sharing the management cluster, run by Ginkgo's CLI), KUBERNETES_VERSION (the workload clusters' version instead of
 # config.yaml's, e.g. v1.36.3 for kcp-adoption; the framework reads it from the environment
 # first; its node image is built here, for the versions hack/lib.sh's kubeadm_deps knows).
-# Not part of hack/test.sh: a cold build of the suite plus a spec run does not fit its budget.
+# hack/test.sh runs three specs (QuickStart, QuickStart with ClusterClass, MachineDeployment
+# remediation) in three processes on the framework's cluster; `run all` is by hand.
 source "$(dirname "$0")/lib.sh"
 
 export KIND_CLUSTER=${KIND_CLUSTER:-capd-e2e}
@@ -366,7 +367,7 @@ case $E2E_KIND in
 esac
 
 case ${1:-run} in
-  build) build >/dev/null ;;
+  build) build >/dev/null; ginkgo_cli >/dev/null ;;  # the CLI too: E2E_PROCS > 1 runs through it
   plan) shift; plan "$@" ;;
   down) hold_cluster; down ;;
   run) shift || true; hold_cluster; run "$@" ;;
