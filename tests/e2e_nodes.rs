@@ -254,8 +254,8 @@ async fn the_default_template_gives_a_workload_cluster_whose_nodes_go_ready() {
 
 /// The same cluster without the scaling: 1 control plane and 2 workers Ready, the workload's
 /// traffic, deletion leaving nothing. The real-node check of `hack/test.sh`'s Engine 20.10 step,
-/// where the scaling (four more minutes) would exercise no other engine call; ignored in the main
-/// run, where the test above covers all of it.
+/// where the scaling (six more minutes there) would make no engine call the rest does not make;
+/// ignored in the main run, where the test above covers all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a part of the_default_template_gives_a_workload_cluster_whose_nodes_go_ready; hack/test.sh runs it on Engine 20.10"]
 async fn a_default_template_cluster_goes_ready_serves_traffic_and_leaves_nothing() {
