@@ -290,23 +290,21 @@ capi_module_dir() {
   (cd /tmp && go mod download -json "sigs.k8s.io/cluster-api@v$CAPI_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
 }
 
+# build <target>: one target under its build lock (hack/lib.sh, locked). The Kubernetes targets share
+# one, as they build in one module folder.
+build() {
+  local lock=$1
+  case $1 in kube|kcm|node) lock=k8s-v$K8S_VERSION ;; esac
+  locked "$lock" "build_${1//-/_}"
+}
+
 targets=("$@"); [[ ${#targets[@]} -gt 0 ]] || targets=(kube etcd)
 for t in "${targets[@]}"; do
   case $t in
-    kube) build_kube ;;
-    kcm) build_kcm ;;
-    etcd) build_etcd ;;
-    capi) build_capi ;;
-    node) build_node ;;
-    coredns) build_coredns ;;
-    crictl) build_crictl ;;
-    kind) build_kind ;;
-    cert-manager) build_cert_manager ;;
+    kube|kcm|etcd|capi|node|coredns|crictl|kind|cert-manager|capd-upstream|test-extension) build "$t" ;;
+    all) build etcd; build kube; build kcm; build capi ;;
     cert-manager-module-dir) cert_manager_module_dir ;;
-    all) build_etcd; build_kube; build_kcm; build_capi ;;
     capi-module-dir) capi_module_dir ;;
-    capd-upstream) build_capd_upstream ;;
-    test-extension) build_test_extension ;;
     capd-upstream-crd-dir) capd_upstream_crd_dir ;;
     *) die "unknown target $t" ;;
   esac

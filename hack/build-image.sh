@@ -55,21 +55,27 @@ is_static() {
   fi
 }
 
-if ! $SKIP_BUILD; then
-  command -v cargo >/dev/null || die "cargo not found"
-  BIN="$(static_build "$PROFILE" manager)/manager"
-  [[ -x "$BIN" ]] || die "cargo did not produce $BIN"
-  is_static "$BIN" || die "$BIN is dynamically linked; it cannot run in a FROM scratch image"
-  mkdir -p "$(dirname "$STAGED")"
-  install -m 0755 "$BIN" "$STAGED"
-fi
+# Staging and the image build hold a lock per checkout: hack/test.sh builds the binary in the
+# background (--binary-only) while its steps run, and a second staging must not replace the file
+# a `docker build` of the first is reading.
+stage_and_build() {
+  if ! $SKIP_BUILD; then
+    command -v cargo >/dev/null || die "cargo not found"
+    BIN="$(static_build "$PROFILE" manager)/manager"
+    [[ -x "$BIN" ]] || die "cargo did not produce $BIN"
+    is_static "$BIN" || die "$BIN is dynamically linked; it cannot run in a FROM scratch image"
+    mkdir -p "$(dirname "$STAGED")"
+    install -m 0755 "$BIN" "$STAGED"
+  fi
 
-[[ -x "$STAGED" ]] || die "no staged binary at $STAGED (run without --skip-build)"
-is_static "$STAGED" || die "$STAGED is dynamically linked; it cannot run in a FROM scratch image"
-if $BINARY_ONLY; then log "staged $STAGED"; exit 0; fi
+  [[ -x "$STAGED" ]] || die "no staged binary at $STAGED (run without --skip-build)"
+  is_static "$STAGED" || die "$STAGED is dynamically linked; it cannot run in a FROM scratch image"
+  if $BINARY_ONLY; then log "staged $STAGED"; return; fi
 
-need_docker
+  need_docker
 
-log "building image $IMAGE (docker build --target prebuilt; offline)"
-docker build --target prebuilt -t "$IMAGE" "$REPO_ROOT"
-log "built $IMAGE ($(docker image inspect -f '{{.Size}}' "$IMAGE") bytes)"
+  log "building image $IMAGE (docker build --target prebuilt; offline)"
+  docker build --target prebuilt -t "$IMAGE" "$REPO_ROOT"
+  log "built $IMAGE ($(docker image inspect -f '{{.Size}}' "$IMAGE") bytes)"
+}
+locked "manager-image-$(printf %s "$REPO_ROOT" | sha256sum | cut -c1-12)" stage_and_build

@@ -167,6 +167,19 @@ ready_or_gone() {
   done
 }
 
+# locked <name> <command...>: runs the command holding the build lock <name>. hack/test.sh builds
+# in the background what its later steps build again (each "cached by version"); a step that asks
+# for a build under way waits for it, then finds its result, instead of building the same files
+# beside it. The lock is an open file (fd 8), released however the command ends.
+locked() {
+  local name=$1; shift
+  mkdir -p "$CACHE_DIR/locks"
+  {
+    flock -n 8 || { log "waiting for the build of $name under way (lock $CACHE_DIR/locks/$name)"; flock 8; }
+    "$@"
+  } 8>"$CACHE_DIR/locks/$name"
+}
+
 # start_proc <pidfile> <logfile> <command...>: runs the command detached (own session, so it
 # outlives this script and ignores the terminal's ^C), appending to the log.
 start_proc() {
@@ -176,8 +189,9 @@ start_proc() {
   if [[ -f $logfile ]] && (( $(stat -c %s "$logfile") > 50 * 1024 * 1024 )); then mv -f "$logfile" "$logfile.old"; fi
   printf '\n---- %s: %s\n' "$(date -Is)" "$*" >> "$logfile"
   # Not a process-group leader here, so setsid execs in place and $! is the command's own pid.
-  # fd 9 is the scripts' flock: a daemon holding it would block every later up/down.
-  setsid "$@" >> "$logfile" 2>&1 < /dev/null 9>&- &
+  # fd 9 is the scripts' flock, fd 8 the build lock (locked): a daemon holding one would block
+  # every later up/down or build.
+  setsid "$@" >> "$logfile" 2>&1 < /dev/null 8>&- 9>&- &
   echo $! > "$pidfile"
 }
 

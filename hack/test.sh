@@ -17,25 +17,33 @@ step() { log "[$((SECONDS - start))s] $*"; }
 
 step "the shared cargo target: drop what nothing used for 2 days, check the disk (xtask prune-target)"
 cargo run --locked --quiet -p xtask -- prune-target "$CARGO_TARGET_DIR" --min-free-gib "${MIN_FREE_GIB:-15}"
-step "Docker Engine"
-hack/docker-engine.sh
-step "local images (HAProxy load balancer, light node)"
-hack/images.sh
-step "kind-style node image (Kubernetes v$K8S_VERSION, built offline; cached by recipe)"
-hack/node-image.sh
-step "local management plane (etcd, kube-apiserver, CRDs)"
-hack/plane.sh up
-export CAPD_RS_KUBECONFIG="$KUBECONFIG_PATH"
-
-# The Go builds of the later steps (cached by version: nothing to do on a warm machine). Cold,
-# they are about 20 minutes of CPU; started now at the lowest priority they use the time the
-# tests below spend waiting on the API server, the engine and kubelets, instead of running alone
-# later. Waited for before the first step that needs them; stopped if the run ends before.
-step "prebuilding in the background, at low priority: CAPI managers, cert-manager, kind, upstream CAPD, upstream's e2e suite and test extension (log: $CACHE_DIR/prebuild.log)"
-# In a session of its own, so the whole group (go and its compilers) can be stopped.
-# upstream's test extension last: it compiles in the suite's module and reuses its build cache.
-setsid nice -n 19 bash -c 'hack/build-binaries.sh capi cert-manager kind capd-upstream &&
-  hack/upstream-e2e.sh build && hack/build-binaries.sh test-extension' >"$CACHE_DIR/prebuild.log" 2>&1 &
+# The builds of the later steps (cached by version: on a warm machine only the manager's release
+# binary, for the kind images, is rebuilt), then clippy: most of a cold run's
+# CPU.
+# Started first, in the background at the lowest priority, they use the time the steps below
+# spend waiting (on the package archive, the API server, the engine, kubelets) instead of running
+# alone. Each step asks for its builds as before: one under way here is waited for (a build lock,
+# hack/lib.sh's locked), one not started yet is built by the step itself, and a failed build is
+# the step's to report. In order of need: CAPI (its managers start after the faults), kind and
+# upstream CAPD (swap, kind), the manager's binary and cert-manager (kind providers), upstream's
+# e2e suite, whose module the test extension compiles in (its build cache reused). Clippy comes
+# last, whatever the builds did; its verdict is waited for at the end. It checks in a profile of
+# its own (Cargo.toml), so the tests' builds never wait on its lock.
+background_work() {
+  hack/build-binaries.sh capi kind capd-upstream && hack/build-image.sh --binary-only &&
+    hack/build-binaries.sh cert-manager && hack/upstream-e2e.sh build && hack/build-binaries.sh test-extension ||
+    echo "a build failed here; the step that needs it builds it again and reports the failure"
+  echo "clippy (log: $CLIPPY_LOG)"
+  cargo clippy --workspace --all-targets --locked --profile clippy -- -D warnings >"$CLIPPY_LOG" 2>&1
+}
+CLIPPY_LOG="$CACHE_DIR/clippy.log"
+step "in the background, at the lowest priority: the builds of CAPI, kind, upstream CAPD, the manager's release binary, cert-manager, upstream's e2e suite and test extension, then clippy (log: $CACHE_DIR/background.log)"
+# A session of its own, so the whole group can be stopped. Where the kernel groups by session
+# (kernel.sched_autogroup_enabled), that session is also a scheduling group of its own, which
+# competes as an equal with the tests whatever its processes' nice: the group's nice is raised.
+# (Raised from inside: only after setsid is it the new group's.)
+setsid nice -n 19 bash -c "{ echo 19 >/proc/self/autogroup; } 2>/dev/null || true
+  CLIPPY_LOG='$CLIPPY_LOG'; $(declare -f background_work); background_work" >"$CACHE_DIR/background.log" 2>&1 &
 PREBUILD=$!
 # The integration tests need the CAPI managers down (they create CAPI's objects by hand); if
 # something else started them (hack/demo.sh), they are brought back should the run end early.
@@ -48,14 +56,20 @@ on_exit() {
   fi
 }
 trap on_exit EXIT
-prebuilt() {
-  wait "$PREBUILD" || { tail -20 "$CACHE_DIR/prebuild.log" >&2; die "prebuild failed (log: $CACHE_DIR/prebuild.log)"; }
-  PREBUILD=''  # waited for: nothing left to stop
-}
 
-step "format and lint"
+step "Docker Engine"
+hack/docker-engine.sh
+step "local images (HAProxy load balancer, light node)"
+hack/images.sh
+step "kind-style node image (Kubernetes v$K8S_VERSION, built offline; cached by recipe)"
+hack/node-image.sh
+step "local management plane (etcd, kube-apiserver, CRDs)"
+hack/plane.sh up
+export CAPD_RS_KUBECONFIG="$KUBECONFIG_PATH"
+
+
+step "format (clippy runs in the background, above)"
 cargo fmt --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # Integration tests create CAPI objects by hand, so they run before the CAPI managers start.
 hack/capi.sh down >/dev/null 2>&1 || true
@@ -73,7 +87,6 @@ step "fault matrix, fast faults (they restart the API server, etcd and the engin
 hack/faults.sh --fast
 
 step "CAPI core, kubeadm bootstrap and kubeadm control-plane managers"
-prebuilt
 hack/capi.sh up
 # An instance of its own (suite-demo): a demo the user left running (demo) is neither changed nor
 # removed by this one.
@@ -145,6 +158,10 @@ hack/capi.sh down >/dev/null 2>&1 || true
   cargo test --locked --test e2e_nodes a_default_template_cluster_goes_ready_serves_traffic_and_leaves_nothing -- --exact --ignored --nocapture
 )
 hack/docker-engine.sh
+
+step "clippy's verdict (it ran in the background; log: $CLIPPY_LOG)"
+wait "$PREBUILD" || { tail -40 "$CLIPPY_LOG" >&2; die "cargo clippy -D warnings failed (log: $CLIPPY_LOG)"; }
+PREBUILD=''  # waited for: nothing left to stop
 
 if [[ "${KEEP_PLANE:-1}" == 0 ]]; then
   hack/capi.sh down

@@ -73,8 +73,10 @@ KIND="$BIN_DIR/kind-v$KIND_VERSION/kind"
 # Who makes the kind management cluster: hack/kind.sh (script) or upstream's framework (framework).
 E2E_KIND=${E2E_KIND:-script}
 
-# build: the suite's test binary, named by a hash of everything it is compiled from.
-build() {
+# build: the suite's test binary, named by a hash of everything it is compiled from; under a build
+# lock, as hack/test.sh compiles it in the background before the step that runs it.
+build() { locked "upstream-e2e-v$CAPI_VERSION" compile_suite; }
+compile_suite() {
   local key bin
   key=$( { cat "$SUITE_DIR"/go.mod "$SUITE_DIR"/go.sum "$SUITE_DIR"/*.go; go version; } | sha256sum | cut -c1-16)
   bin="$SUITE_BIN_DIR/upstream-e2e-$key.test"
@@ -92,8 +94,9 @@ build() {
 }
 
 # ginkgo_cli: Ginkgo's CLI at the version the suite's go.mod requires (Go module proxy), which
-# runs the suite binary in E2E_PROCS parallel processes. Cached by version.
-ginkgo_cli() {
+# runs the suite binary in E2E_PROCS parallel processes. Cached by version, built under a lock.
+ginkgo_cli() { locked ginkgo build_ginkgo_cli; }
+build_ginkgo_cli() {
   local version bin
   version=$(sed -n 's|^\s*github.com/onsi/ginkgo/v2 \(v[^ ]*\).*|\1|p' "$SUITE_DIR/go.mod")
   [[ -n $version ]] || die "no github.com/onsi/ginkgo/v2 in $SUITE_DIR/go.mod"
