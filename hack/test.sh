@@ -18,17 +18,17 @@ step() { log "[$((SECONDS - start))s] $*"; }
 step "the shared cargo target: drop what nothing used for 2 days, check the disk (xtask prune-target)"
 cargo run --locked --quiet -p xtask -- prune-target "$CARGO_TARGET_DIR" --min-free-gib "${MIN_FREE_GIB:-15}"
 # The builds of the later steps (cached by version: on a warm machine only the manager's release
-# binary, for the kind images, is rebuilt), then clippy: most of a cold run's
-# CPU.
-# Started first, in the background at the lowest priority, they use the time the steps below
+# binary, for the kind images, is rebuilt), then clippy: most of a cold run's CPU. Started after
+# the first step, in the background at the lowest priority, they use the time the steps below
 # spend waiting (on the package archive, the API server, the engine, kubelets) instead of running
-# alone. Each step asks for its builds as before: one under way here is waited for (a build lock,
-# hack/lib.sh's locked), one not started yet is built by the step itself, and a failed build is
-# the step's to report. In order of need: CAPI (its managers start after the faults), kind and
-# upstream CAPD (swap, kind), the manager's binary and cert-manager (kind providers), upstream's
-# e2e suite, whose module the test extension compiles in (its build cache reused). Clippy comes
-# last, whatever the builds did; its verdict is waited for at the end. It checks in a profile of
-# its own (Cargo.toml), so the tests' builds never wait on its lock.
+# alone (docs/development.md, "How long it takes", has what that saved and cost). Each step asks
+# for its builds as before: one under way here is waited for (a build lock, hack/lib.sh's
+# locked), one not started yet is built by the step itself, and a failed build is the step's to
+# report. In order of need: CAPI (its managers start after the faults), kind and upstream CAPD
+# (swap, kind), the manager's binary and cert-manager (kind providers), upstream's e2e suite,
+# whose module the test extension compiles in (its build cache reused). Clippy comes last,
+# whatever the builds did; its verdict is waited for at the end. It checks in a profile of its
+# own (Cargo.toml), so the tests' builds never wait on its lock.
 background_work() {
   hack/build-binaries.sh capi kind capd-upstream && hack/build-image.sh --binary-only &&
     hack/build-binaries.sh cert-manager && hack/upstream-e2e.sh build && hack/build-binaries.sh test-extension ||
@@ -66,7 +66,6 @@ hack/node-image.sh
 step "local management plane (etcd, kube-apiserver, CRDs)"
 hack/plane.sh up
 export CAPD_RS_KUBECONFIG="$KUBECONFIG_PATH"
-
 
 step "format (clippy runs in the background, above)"
 cargo fmt --check
