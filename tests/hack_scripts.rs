@@ -332,3 +332,35 @@ fn a_second_upstream_e2e_run_on_the_same_kind_cluster_is_refused() {
         "{output}"
     );
 }
+
+/// hack/test.sh builds in the background what its later steps ask for again: a step asking for a
+/// build under way (hack/lib.sh's `locked`) must wait for it and then see its result, not build
+/// the same files beside it; a build under another name must not wait.
+#[test]
+fn a_build_asked_for_while_it_is_under_way_waits_for_it() {
+    let script = r#"
+        source hack/lib.sh
+        out="$CAPD_RS_CACHE/lock-test"; rm -rf "$out"; mkdir -p "$out"
+        first() { touch "$out/started"; sleep 1; echo built > "$out/result"; }
+        locked lock-test first &
+        for _ in $(seq 200); do [[ -e $out/started ]] && break; sleep 0.05; done
+        locked other-lock-test bash -c "[[ -e '$out/result' ]] && echo 'other waited' || echo 'other free'"
+        locked lock-test bash -c "echo \"second sees \$(cat '$out/result' 2>/dev/null || echo nothing)\""
+        wait
+    "#;
+    let (got, output) = bash_key_values(script);
+    assert_eq!(
+        got.get("second").map(String::as_str),
+        Some("sees built"),
+        "{output}"
+    );
+    assert_eq!(
+        got.get("other").map(String::as_str),
+        Some("free"),
+        "{output}"
+    );
+    assert!(
+        output.contains("waiting for the build of lock-test under way"),
+        "{output}"
+    );
+}
