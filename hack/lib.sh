@@ -211,6 +211,19 @@ stop_proc() {
 # port_free <port>: nothing listens on the TCP port.
 port_free() { [[ -z $(ss -Hltn "sport = :$1") ]]; }
 
+# released <pid> <port...>: the process has exited (reaped, or a zombie whose files are closed)
+# and nothing listens on the ports. A killed multi-threaded server stops answering, and its
+# command line reads empty, before its last thread has closed its sockets: a start in between
+# found its own port taken.
+released() {
+  local pid=$1 port state; shift
+  if kill -0 "$pid" 2>/dev/null; then
+    state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)
+    [[ -z $state || $state == Z ]] || return 1
+  fi
+  for port; do port_free "$port" || return 1; done
+}
+
 # A python3 that can `import yaml` (Debian's python3-yaml, else PyYAML from PyPI).
 python_yaml() {
   local py

@@ -349,18 +349,19 @@ down() {
 # as it has exited (a SIGTERM'd kube-apiserver drains its watches first); returns once the API
 # server is ready again. For fault tests.
 restart() {
-  local what=$1 sig=${2:-TERM} pidfile ready start pid
+  local what=$1 sig=${2:-TERM} pidfile ports start pid
   case $what in
-    etcd) pidfile=$ETCD_PID ready=etcd_healthy start=start_etcd ;;
-    apiserver) pidfile=$APISERVER_PID ready=apiserver_ready start=start_apiserver ;;
+    etcd) pidfile=$ETCD_PID ports="$ETCD_PORT $ETCD_PEER_PORT" start=start_etcd ;;
+    apiserver) pidfile=$APISERVER_PID ports=$APISERVER_PORT start=start_apiserver ;;
     *) die "restart: unknown component '$what' (etcd or apiserver)" ;;
   esac
   pid=$(proc_pid "$pidfile") || die "$what is not running"
   log "restarting $what: SIG$sig to pid $pid"
   kill -"$sig" "$pid"
-  # Until it stops answering, it would be taken for the new one.
-  local deadline=$((SECONDS + 10))
-  while "$ready" && kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  # Until then it would be taken for the new one, or hold the new one's ports (and etcd's data
+  # dir). A gracefully stopped API server drains its watches for about a minute.
+  # shellcheck disable=SC2086 # the ports are separate words
+  wait_for 180 "$what (pid $pid) to exit and free port(s) $ports" released "$pid" $ports
   "$start"
   wait_for 180 "kube-apiserver /readyz (see $APISERVER_LOG)" apiserver_ready
 }

@@ -364,3 +364,57 @@ fn a_build_asked_for_while_it_is_under_way_waits_for_it() {
         "{output}"
     );
 }
+
+/// `hack/plane.sh restart-etcd KILL` under load: the killed etcd had stopped answering but its
+/// last thread still held the peer port, and the new etcd refused to start on a port "taken by a
+/// process this script did not start". A restart now waits until the old process has exited and
+/// let go of its ports.
+#[test]
+fn a_restart_waits_until_the_old_server_has_let_go_of_its_ports() {
+    let script = r#"
+        source hack/lib.sh
+        dir=$(mktemp -d)
+        # A stand-in server: listens; the first SIGTERM closes its socket and it lives on, the
+        # second ends it. Each step is announced in a file, so nothing here depends on timing.
+        python3 -c '
+import signal, socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen()
+print(s.getsockname()[1], flush=True)
+def term(*_):
+    if s.fileno() < 0: sys.exit(0)
+    s.close(); open(sys.argv[1], "w").close()
+signal.signal(signal.SIGTERM, term)
+while True: time.sleep(0.05)
+' "$dir/closed" > "$dir/port" &
+        pid=$!
+        until [[ -s "$dir/port" ]]; do sleep 0.05; done
+        port=$(<"$dir/port")
+        released "$pid" "$port" && echo "released while running" || echo "held while running"
+        released 999999999 "$port" && echo "released while another listens" || echo "held by another"
+        kill -TERM "$pid"
+        until [[ -e "$dir/closed" ]]; do sleep 0.05; done
+        port_free "$port" && echo "port free"
+        released "$pid" "$port" && echo "released while alive" || echo "held while alive"
+        kill -TERM "$pid"
+        wait_for 10 "the stand-in to exit" released "$pid" "$port"
+        echo "released once exited"
+        wait "$pid" 2>/dev/null || true
+        released "$pid" "$port" && echo "released once reaped"
+        rm -rf "$dir"
+    "#;
+    let out = bash(script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "held while running",
+            "held by another",
+            "port free",
+            "held while alive",
+            "released once exited",
+            "released once reaped"
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
