@@ -12,6 +12,8 @@
 #                          exited, return when the API server is ready (fault tests)
 # State lives in $PLANE_DIR (default ~/.cache/capd-rs/plane): pki/, etcd data, pid files, logs,
 # kubeconfig. The CAPI managers are started separately by hack/capi.sh.
+# PLANE_PROFILING=true: the API server serves /debug/pprof (to the admin kubeconfig), from its
+# next start (`restart-apiserver` applies it to a running plane). Off by default, as envtest.
 source "$(dirname "$0")/lib.sh"
 
 ETCD_DATA="$PLANE_DIR/etcd-data"
@@ -149,7 +151,7 @@ start_apiserver() {
     --disable-admission-plugins=ServiceAccount \
     --enable-admission-plugins=OwnerReferencesPermissionEnforcement \
     --allow-privileged=true \
-    --profiling=false
+    --profiling="${PLANE_PROFILING:-false}"
   wait_for 180 "kube-apiserver /readyz (see $APISERVER_LOG)" apiserver_ready
 }
 
