@@ -167,24 +167,25 @@ pub fn machine_running(m: &kube::api::DynamicObject) -> bool {
     m.data.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
 }
 
-/// Waits until `n` Machines of the run are Running; when each first was, by name, from the call.
+/// Waits until `n` Machines of the run are Running (giving up after `stall` with none newly
+/// Running); when each first was, by name, from the call.
 pub async fn wait_running(
     w: &Workload,
     n: usize,
-    timeout: Duration,
+    stall: Duration,
 ) -> Result<BTreeMap<String, Duration>> {
-    wait_all(&w.machines(), n, timeout, machine_running).await
+    wait_all(&w.machines(), n, stall, machine_running).await
 }
 
 /// Deletes every Cluster of the run (CAPI deletes the rest) and waits until no DevMachine or
-/// DevCluster is left.
-pub async fn delete_clusters(w: &Workload, timeout: Duration) -> Result<Duration> {
+/// DevCluster is left (giving up after `stall` with none gone).
+pub async fn delete_clusters(w: &Workload, stall: Duration) -> Result<Duration> {
     let start = Instant::now();
     w.clusters()
         .delete_collection(&DeleteParams::background(), &ListParams::default())
         .await?;
     let apis = [w.dev_machines(), w.dev_clusters()];
-    wait_gone(&apis, "DevMachines/DevClusters", start, timeout).await
+    wait_gone(&apis, "DevMachines/DevClusters", start, stall).await
 }
 
 #[cfg(test)]

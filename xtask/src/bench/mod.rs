@@ -417,12 +417,14 @@ impl Bench {
         let docs = in_memory::manifest(&w.cluster, shape, n, &self.cfg.in_memory_version);
         let n = shape.machines(n);
         let manifest = nodes::Manifest::resolve(&self.client, &docs).await?;
-        let timeout = Duration::from_secs(300 + n as u64 / 2);
+        // No Machine Running for 5 minutes is stuck; a total bound would have to guess the
+        // host's rate (about 2.5 s per machine on two cores, where CAPI saturates the API server).
+        let stall = Duration::from_secs(300);
         quiet(self.cfg.drop_caches).await;
         let before = self.reading(manager).await?;
         let cpu_before = process::host_cpu();
         let (times, applied) = tokio::join!(
-            in_memory::wait_running(w, n, timeout),
+            in_memory::wait_running(w, n, stall),
             manifest.apply(&self.client, &w.ns)
         );
         applied?;
@@ -431,7 +433,7 @@ impl Bench {
         let host_cpu_s = cpu_delta(&cpu_before, &process::host_cpu());
         tokio::time::sleep(self.cfg.idle).await;
         let idle = self.reading(manager).await?;
-        let delete_s = in_memory::delete_clusters(w, timeout)
+        let delete_s = in_memory::delete_clusters(w, stall)
             .await
             .context("deleting the Clusters")?
             .as_secs_f64();

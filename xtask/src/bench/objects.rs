@@ -289,14 +289,15 @@ impl Workload {
 }
 
 /// Waits until no object of `apis` is left (`what` names them in the error); the time from
-/// `start`.
+/// `start`. Gives up once `stall` passes with no object gone: a large load on a saturated host
+/// is slow, not stuck, while a deletion that stops is.
 pub async fn wait_gone(
     apis: &[Api<DynamicObject>],
     what: &str,
     start: Instant,
-    timeout: Duration,
+    stall: Duration,
 ) -> Result<Duration> {
-    let deadline = start + timeout;
+    let mut progress = Progress::new(stall);
     loop {
         let mut left = 0;
         for api in apis {
@@ -305,10 +306,47 @@ pub async fn wait_gone(
         if left == 0 {
             return Ok(start.elapsed());
         }
-        if Instant::now() > deadline {
-            bail!("{left} {what} left after {timeout:?}");
+        progress.at(usize::MAX - left);
+        if progress.stalled() {
+            bail!(
+                "{left} {what} left after {:?}, none gone in the last {stall:?}",
+                start.elapsed()
+            );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// When a count last grew, to tell a slow load from a stuck one.
+struct Progress {
+    count: usize,
+    since: Instant,
+    stall: Duration,
+}
+
+impl Progress {
+    fn new(stall: Duration) -> Self {
+        Progress {
+            count: 0,
+            since: Instant::now(),
+            stall,
+        }
+    }
+
+    /// The count now; a higher one than before restarts the stall clock.
+    fn at(&mut self, count: usize) {
+        if count > self.count {
+            (self.count, self.since) = (count, Instant::now());
+        }
+    }
+
+    /// How long until the load counts as stuck.
+    fn left(&self) -> Duration {
+        self.stall.saturating_sub(self.since.elapsed())
+    }
+
+    fn stalled(&self) -> bool {
+        self.left().is_zero()
     }
 }
 
@@ -345,38 +383,53 @@ pub fn condition_true(o: &DynamicObject, type_: &str) -> bool {
 }
 
 /// Waits until `n` objects of `api` satisfy `done`; returns when each first did, by name,
-/// measured from the call.
+/// measured from the call. Gives up once `stall` passes with no new object done.
 pub async fn wait_all(
     api: &Api<DynamicObject>,
     n: usize,
-    timeout: Duration,
+    stall: Duration,
     done: impl Fn(&DynamicObject) -> bool,
 ) -> Result<BTreeMap<String, Duration>> {
     let start = Instant::now();
     let mut seen = BTreeMap::new();
+    let mut progress = Progress::new(stall);
     let events = watcher(api.clone(), watcher::Config::default()).applied_objects();
     let mut events = std::pin::pin!(events);
-    let result = tokio::time::timeout(timeout, async {
-        while let Some(o) = events.try_next().await? {
-            if let Some(name) = o.metadata.name.clone().filter(|_| done(&o)) {
-                seen.entry(name).or_insert_with(|| start.elapsed());
-            }
-            if seen.len() >= n {
-                return Ok::<_, anyhow::Error>(());
-            }
+    while seen.len() < n {
+        let Ok(event) = tokio::time::timeout(progress.left(), events.try_next()).await else {
+            bail!(
+                "{} of {n} done after {:?}, none in the last {stall:?}",
+                seen.len(),
+                start.elapsed()
+            );
+        };
+        let Some(o) = event? else {
+            bail!("watch ended")
+        };
+        if let Some(name) = o.metadata.name.clone().filter(|_| done(&o)) {
+            seen.entry(name).or_insert_with(|| start.elapsed());
+            progress.at(seen.len());
         }
-        bail!("watch ended")
-    })
-    .await;
-    match result {
-        Ok(r) => r.map(|_| seen),
-        Err(_) => bail!("{} of {n} done after {timeout:?}", seen.len()),
     }
+    Ok(seen)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_higher_count_restarts_the_stall_clock() {
+        let mut p = Progress::new(Duration::from_millis(200));
+        p.at(3);
+        std::thread::sleep(Duration::from_millis(120));
+        p.at(3);
+        p.at(2);
+        std::thread::sleep(Duration::from_millis(120));
+        assert!(p.stalled(), "no new object in 240 ms of a 200 ms allowance");
+        p.at(4);
+        assert!(!p.stalled() && p.left() > Duration::from_millis(100));
+    }
 
     #[test]
     fn conditions_are_read_by_type_and_status() {
