@@ -90,17 +90,19 @@ pub fn manifest(filter: &str, shape: Shape, n: usize, version: &str) -> Vec<Valu
                 "spec": {"backend": {"inMemory": in_memory}}}},
         })
     };
-    let mut docs = vec![
-        template(&format!("{filter}-cp")),
-        template(&format!("{filter}-md")),
-        json!({
-            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
-            "metadata": meta(&format!("{filter}-md")),
-            "spec": {"template": {"spec": {"format": "cloud-config"}}},
-        }),
-    ];
+    let mut docs = vec![];
     for c in 0..clusters {
         let name = format!("{filter}-{c}");
+        // Templates of its own, as `clusterctl generate cluster` makes them: a template shared
+        // by 50 Clusters is patched by each (its owner references) and became the load's
+        // hottest object, answering 504s.
+        docs.push(template(&format!("{name}-cp")));
+        docs.push(template(&format!("{name}-md")));
+        docs.push(json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
+            "metadata": meta(&format!("{name}-md")),
+            "spec": {"template": {"spec": {"format": "cloud-config"}}},
+        }));
         docs.push(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": meta(&name),
@@ -130,7 +132,7 @@ pub fn manifest(filter: &str, shape: Shape, n: usize, version: &str) -> Vec<Valu
                 "machineTemplate": {
                     "metadata": {"labels": labels},
                     "spec": {"infrastructureRef": {"apiGroup": INFRA,
-                        "kind": "DevMachineTemplate", "name": format!("{filter}-cp")}},
+                        "kind": "DevMachineTemplate", "name": format!("{name}-cp")}},
                 },
                 "kubeadmConfigSpec": {"format": "cloud-config"},
             },
@@ -151,9 +153,9 @@ pub fn manifest(filter: &str, shape: Shape, n: usize, version: &str) -> Vec<Valu
                         "clusterName": name,
                         "version": version,
                         "bootstrap": {"configRef": {"apiGroup": "bootstrap.cluster.x-k8s.io",
-                            "kind": "KubeadmConfigTemplate", "name": format!("{filter}-md")}},
+                            "kind": "KubeadmConfigTemplate", "name": format!("{name}-md")}},
                         "infrastructureRef": {"apiGroup": INFRA, "kind": "DevMachineTemplate",
-                            "name": format!("{filter}-md")},
+                            "name": format!("{name}-md")},
                     },
                 },
             },
@@ -225,6 +227,17 @@ mod tests {
         assert_eq!(
             mds[7]["spec"]["selector"]["matchLabels"]["cluster.x-k8s.io/cluster-name"],
             "run1-7"
+        );
+        // Each cluster copies templates of its own.
+        assert_eq!(kinds(&pairs, "DevMachineTemplate").len(), 100);
+        assert_eq!(kinds(&pairs, "KubeadmConfigTemplate").len(), 50);
+        let md = &mds[7]["spec"]["template"]["spec"];
+        assert_eq!(md["infrastructureRef"]["name"], "run1-7-md");
+        assert_eq!(md["bootstrap"]["configRef"]["name"], "run1-7-md");
+        let kcp = &kinds(&pairs, "KubeadmControlPlane")[7];
+        assert_eq!(
+            kcp["spec"]["machineTemplate"]["spec"]["infrastructureRef"]["name"],
+            "run1-7-cp"
         );
     }
 
