@@ -306,6 +306,7 @@ pub async fn wait_gone(
         if left == 0 {
             return Ok(start.elapsed());
         }
+        // Progress counts up: fewer left is more done.
         progress.at(usize::MAX - left);
         if progress.stalled() {
             bail!(
