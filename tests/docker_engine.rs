@@ -688,46 +688,59 @@ async fn node_container_lifecycle() {
     .await;
 }
 
+/// Polls `probe` every 100 ms for up to 5 s; true as soon as `done` holds for what it saw.
+async fn within_5s<T, F, Fut>(mut probe: F, done: impl Fn(&T) -> bool) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+{
+    for _ in 0..50 {
+        if done(&probe().await) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
 #[tokio::test]
 async fn kill_delivers_signals() {
     ensure_test_image().await;
     with_run("kill", |id| async move {
         let rt = runtime().await;
         let network = ensure_test_network(&rt, &id).await;
-        let script = "trap 'echo reloaded > /tmp/hup' HUP; while true; do sleep 0.2; done";
+        // The shell is PID 1, and PID 1 ignores a signal it has no handler for: a SIGHUP
+        // that arrives before `trap` has run is lost for good. So the script marks when its
+        // trap is in place, and the test sends nothing before it sees that mark.
+        let script = "trap 'echo reloaded > /tmp/hup' HUP; : > /tmp/trapped; \
+                      while true; do sleep 0.2; done";
         let spec = plain_spec(&id, "sig", &network, Some(argv(&["/bin/sh", "-c", script])));
         let info = rt.create_and_start(&spec).await.expect("create and start");
         assert!(info.is_running());
+        let in_container = |cmd: &'static [&'static str]| {
+            let (rt, name) = (&rt, &spec.name);
+            move || async move { rt.exec(name, &argv(cmd), None).await.expect("exec") }
+        };
+        let trapped = within_5s(in_container(&["test", "-e", "/tmp/trapped"]), |o| {
+            o.success()
+        });
+        assert!(trapped.await, "the shell installed its SIGHUP trap");
 
         rt.kill(&spec.name, "SIGHUP").await.expect("send SIGHUP");
-        let mut seen = false;
-        for _ in 0..50 {
-            let out = rt
-                .exec(&spec.name, &argv(&["cat", "/tmp/hup"]), None)
-                .await
-                .expect("exec cat");
-            if out.success() && out.stdout == b"reloaded\n" {
-                seen = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(seen, "the trap for SIGHUP ran");
+        let seen = within_5s(in_container(&["cat", "/tmp/hup"]), |o| {
+            o.success() && o.stdout == b"reloaded\n"
+        });
+        assert!(seen.await, "the trap for SIGHUP ran");
 
         rt.kill(&spec.name, "SIGKILL").await.expect("send SIGKILL");
-        let mut state = None;
-        for _ in 0..50 {
-            state = rt
-                .inspect(&spec.name)
+        let state = || async {
+            rt.inspect(&spec.name)
                 .await
                 .expect("inspect")
-                .and_then(|i| i.state);
-            if state == Some(ContainerState::Exited) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert_eq!(state, Some(ContainerState::Exited));
+                .and_then(|i| i.state)
+        };
+        let exited = within_5s(state, |s| *s == Some(ContainerState::Exited));
+        assert!(exited.await, "SIGKILL stopped the container");
 
         // A stopped container starts again.
         rt.start(&spec.name).await.expect("start again");
