@@ -133,6 +133,9 @@ cargo test --locked --test kind_clusterctl -- --nocapture
 step "upstream Cluster API's e2e specs on upstream's own flavors against capd-rs, on the kind cluster upstream's framework makes: QuickStart, QuickStart with ClusterClass, MachineDeployment remediation (E2E_KIND=framework hack/upstream-e2e.sh; every other spec: hack/upstream-e2e.sh run all)"
 # The three specs in three Ginkgo processes: they mostly wait on kubelets, so side by side they
 # took 466 s where one after another took 730 (2026-11-27, 2 cores).
+# A run stopped during this step (a job killed at its time limit) leaves the framework's cluster
+# behind, and the framework will not make one over it: the name is this step's, so it goes first.
+E2E_KIND=framework hack/upstream-e2e.sh down
 E2E_KIND=framework E2E_PROCS=3 CAPD_IMAGE=docker.io/capd-rs/manager:kind CAPD_IMAGE_REBUILD=false \
   hack/upstream-e2e.sh run 'quick-start || quick-start-clusterclass || md-remediation'
 step "every verb config/rbac grants was used by a test manager"
