@@ -913,14 +913,20 @@ async fn a_bootstrap_a_killed_manager_recorded_but_never_ran_runs_once_on_the_ne
             slow_step_running(&r, &docker, &ns, &held).await;
             r.create_machine(&ns, &name, &queued, true, Some("quick"), node_spec())
                 .await;
+            // Its start is on record on the container its first pass created for it.
             let recorded = eventually(LONG, "the queued machine's start recorded, waiting for the slot", || async {
                 let dm = r.docker_machine(&ns, &queued).await?;
                 let waiting = dm.cond("CGroupsReady").is_some_and(|c| {
                     c.message.contains("waiting for a free bootstrap slot")
                 });
-                waiting.then(|| dm.annotations().get(capd::api::STARTED_AT).cloned())?
+                let node = docker.inspect(&queued).await.ok()??;
+                waiting.then(|| node.labels.get(labels::BOOTSTRAP_START).cloned())?
             })
             .await;
+            assert!(
+                r.docker_machine(&ns, &queued).await.unwrap().annotations().get(capd::api::STARTED_AT).is_none(),
+                "a first start costs no write to the object"
+            );
             env.manager.as_mut().unwrap().kill();
             let claim = format!("test -e {}", capd::bootstrap::CLAIM_PATH);
             assert_eq!(exec(&docker, &queued, &claim).await.0, 1, "no command of its ran");

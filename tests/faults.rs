@@ -637,15 +637,15 @@ async fn manager_killed_during_bootstrap() {
                 Duration::from_secs(90),
                 "every machine in its long step",
                 || async {
-                    // Started (the restart-safe record is on the object) and past the first
+                    // Started (the restart-safe record is on the container) and past the first
                     // step: the long one runs. The conditions cannot tell: the steps run in one
                     // exec whose progress is read every 10 s, and the long step is shorter.
                     for m in &fx.machines {
+                        let node = fx.docker.inspect(m).await.ok()??;
+                        node.labels.get(labels::BOOTSTRAP_START)?;
                         fx.docker_machine(m).await.filter(|dm| {
-                            dm.annotations().contains_key(capd::api::STARTED_AT)
-                                && dm
-                                    .cond("BootstrapCompleted")
-                                    .is_some_and(|c| c.status == ConditionStatus::False)
+                            dm.cond("BootstrapCompleted")
+                                .is_some_and(|c| c.status == ConditionStatus::False)
                         })?;
                         if exec(&fx.docker, m, "test -f /etc/starts").await.0 != 0 {
                             return None;

@@ -9,7 +9,9 @@ use super::common::{Deprecated, Initialization, MachineAddress, Mount};
 use super::conditions::Condition;
 
 // Annotations capd-rs keeps on a DockerMachine (DevMachine) for its restart-safe bootstrap.
-/// When the current bootstrap of the node container started (RFC 3339).
+/// When the current bootstrap of the node container started (RFC 3339), for a start made again
+/// in an existing container; the pass that creates a container records its start on the
+/// container instead (the label `capd-rs.x-k8s.io/bootstrap-start`), and the later one counts.
 pub const STARTED_AT: &str = "capd-rs.x-k8s.io/bootstrap-started-at";
 /// The token the current bootstrap claims the node's commands with, in the node's
 /// `/var/lib/capd-rs/bootstrap-claim` (the start time, as [`STARTED_AT`]). Written with

@@ -17,6 +17,13 @@ pub const OWNER_NAME: &str = "capd-rs.x-k8s.io/owner-name";
 pub const MANAGED_BY: &str = "capd-rs.x-k8s.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "capd-rs";
 
+/// On a node container: the start of the bootstrap the pass that created it runs (RFC 3339),
+/// which is also the token that run claims the node's commands with. The container carries the
+/// start it was created for, so a first start costs no write to the DockerMachine; a start made
+/// again in an existing container is recorded on the DockerMachine instead (see
+/// `controllers::docker_machine::bootstrap`).
+pub const BOOTSTRAP_START: &str = "capd-rs.x-k8s.io/bootstrap-start";
+
 pub const ROLE_LOAD_BALANCER: &str = "external-load-balancer";
 pub const ROLE_CONTROL_PLANE: &str = "control-plane";
 pub const ROLE_WORKER: &str = "worker";

@@ -59,6 +59,13 @@ impl Engine {
         self.state().by_name.keys().cloned().collect()
     }
 
+    /// Remove a label from a container (one an older manager did not set, say).
+    pub fn remove_label(&self, name: &str, key: &str) {
+        if let Some(c) = self.state().by_name.get_mut(name) {
+            c.labels.remove(key);
+        }
+    }
+
     /// Set a container's state (a stopped node, say).
     pub fn set_state(&self, name: &str, state: ContainerState) {
         if let Some(c) = self.state().by_name.get_mut(name) {

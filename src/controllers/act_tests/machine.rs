@@ -72,10 +72,23 @@ async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_sec
 
     let stored = s.json::<DockerMachine>("m");
     assert_eq!(finalizers(&stored), [docker_machine::FINALIZER]);
+    let start = node.labels.get(labels::BOOTSTRAP_START);
     assert!(
-        stored["metadata"]["annotations"][crate::api::STARTED_AT].is_string(),
-        "the start is recorded before the commands run: {stored}"
+        start.is_some_and(|t| chrono::DateTime::parse_from_rfc3339(t).is_ok()),
+        "the start is on record before the commands run, on the container: {:?}",
+        node.labels
     );
+    assert!(
+        stored["metadata"]["annotations"][crate::api::STARTED_AT].is_null(),
+        "and not on the object: {stored}"
+    );
+    let object_writes = s
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.is(&Method::PATCH, "/dockermachines/m"))
+        .count();
+    assert_eq!(object_writes, 1, "one write to the object: its finalizer");
     let provisioned = Some(("True".to_string(), "Provisioned".to_string()));
     assert_eq!(condition(&stored, "ContainerProvisioned"), provisioned);
     assert_eq!(
@@ -92,9 +105,10 @@ async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_sec
 }
 
 /// A machine whose bootstrap an earlier manager process started (its start and claim token on
-/// record) and that no task of this process runs: the first reconcile started it, then the
-/// process "stopped". `claimed`: its run got as far as claiming the node's commands. `old`: the
-/// start was made by a manager that did not claim (no claim token on record).
+/// record, on the container it created) and that no task of this process runs: the first
+/// reconcile started it, then the process "stopped". `claimed`: its run got as far as claiming
+/// the node's commands. `old`: the start was made by a manager that did not claim (a start on
+/// the object, with no claim token, and none on the container).
 async fn started_by_a_stopped_process(claimed: bool, old: bool) -> (Scenario, DockerMachine) {
     let (s, dm) = machine_scenario(false, true).await;
     let uid = dm.metadata.uid.clone().unwrap();
@@ -106,14 +120,22 @@ async fn started_by_a_stopped_process(claimed: bool, old: bool) -> (Scenario, Do
     }
     let mut dm = s.get::<DockerMachine>("m").unwrap();
     if old {
-        dm.metadata
-            .annotations
-            .as_mut()
-            .unwrap()
-            .remove(crate::api::BOOTSTRAP_CLAIM);
+        s.engine.remove_label("c-m", labels::BOOTSTRAP_START);
+        dm.metadata.annotations.get_or_insert_default().insert(
+            crate::api::STARTED_AT.into(),
+            chrono::Utc::now().to_rfc3339(),
+        );
         dm = s.update(dm);
     }
     (s, dm)
+}
+
+fn start_label(s: &Scenario) -> Option<String> {
+    s.engine
+        .container("c-m")?
+        .labels
+        .get(labels::BOOTSTRAP_START)
+        .cloned()
 }
 
 fn annotation(dm: &DockerMachine, key: &str) -> Option<String> {
@@ -124,18 +146,13 @@ fn annotation(dm: &DockerMachine, key: &str) -> Option<String> {
 async fn a_recorded_start_whose_run_never_claimed_the_node_is_made_again() {
     let (s, dm) = started_by_a_stopped_process(false, false).await;
     let uid = dm.metadata.uid.clone().unwrap();
-    let first = annotation(&dm, crate::api::STARTED_AT).expect("a start on record");
-    assert_eq!(
-        annotation(&dm, crate::api::BOOTSTRAP_CLAIM).as_ref(),
-        Some(&first),
-        "the run's claim token is the start"
-    );
+    let first = start_label(&s).expect("a start on record, on the container");
 
     s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
     let stored = s.get::<DockerMachine>("m").unwrap();
-    let again = annotation(&stored, crate::api::STARTED_AT).unwrap();
-    assert_ne!(again, first, "a new start is recorded");
+    let again = annotation(&stored, crate::api::STARTED_AT).expect("a new start, on the object");
+    assert!(again > first, "{again} is later than {first}");
     assert_eq!(
         annotation(&stored, crate::api::BOOTSTRAP_CLAIM),
         Some(again)
@@ -160,12 +177,13 @@ async fn a_recorded_start_whose_run_claimed_the_node_is_waited_for_never_run_aga
     for (claimed, old) in [(true, false), (false, true)] {
         let (s, dm) = started_by_a_stopped_process(claimed, old).await;
         let uid = dm.metadata.uid.clone().unwrap();
-        let first = annotation(&dm, crate::api::STARTED_AT);
+        let first = (annotation(&dm, crate::api::STARTED_AT), start_label(&s));
 
         s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
         let stored = s.get::<DockerMachine>("m").unwrap();
-        assert_eq!(annotation(&stored, crate::api::STARTED_AT), first);
+        let now = (annotation(&stored, crate::api::STARTED_AT), start_label(&s));
+        assert_eq!(now, first, "no new start on record");
         assert_eq!(
             s.ctx.bootstraps.poll(&uid),
             TaskState::NotStarted,
@@ -179,6 +197,30 @@ async fn a_recorded_start_whose_run_claimed_the_node_is_waited_for_never_run_aga
         let message = condition_message(&json, "CGroupsReady").unwrap();
         assert!(message.contains("it is not re-run"), "{message}");
     }
+}
+
+#[tokio::test]
+async fn a_start_on_the_object_older_than_the_container_concerns_an_earlier_container() {
+    // An older manager's unclaimed start on the object, from before the container: were it the
+    // current one, this bootstrap would be waited for; the container's own (claimed, with no
+    // claim in the node) says that none of its commands ran.
+    let (s, dm) = started_by_a_stopped_process(false, false).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+    let mut dm = dm;
+    dm.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(crate::api::STARTED_AT.into(), "2026-01-01T00:00:00Z".into());
+    let dm = s.update(dm);
+
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+
+    assert_ne!(
+        s.ctx.bootstraps.poll(&uid),
+        TaskState::NotStarted,
+        "started again"
+    );
+    s.ctx.bootstraps.cancel(&uid);
 }
 
 #[tokio::test]

@@ -2,13 +2,18 @@
 //! in a background task, report progress, and record how it ended, without ever running the
 //! commands twice on one container (they have side effects: a second `kubeadm init` breaks a node).
 //!
-//! When bootstrap starts, the annotation [`STARTED_AT`] is persisted, and the run claims the node
-//! (its file [`bootstrap::CLAIM_PATH`], created exclusively) before its first command. If a later
+//! Before bootstrap starts, its start is on record, and the run claims the node (its file
+//! [`bootstrap::CLAIM_PATH`], created exclusively) before its first command. The start is on
+//! record in the node container's label [`BOOTSTRAP_START`] when the pass that created the
+//! container runs it (the usual case: no write to the DockerMachine), else in the annotations
+//! [`STARTED_AT`] and [`BOOTSTRAP_CLAIM`]; the later of the two is the current one. If a later
 //! pass finds the start with no task of this process running (the manager restarted), the claim
 //! tells the two cases apart. No claim: no command ran (the process stopped while the run waited
 //! for a slot, for the node's init system, or imported images), so the bootstrap starts again.
 //! A claim: commands ran, and an in-flight exec may still be running inside the node, so it waits
 //! for the success sentinel until the start time plus the timeout instead of starting again.
+//!
+//! [`BOOTSTRAP_START`]: crate::docker::labels::BOOTSTRAP_START
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -61,9 +66,13 @@ pub struct Target<'a> {
     pub dm: &'a DockerMachine,
     pub container: &'a str,
     pub secret_name: &'a str,
-    /// The container was created by this pass: a bootstrap start on record (the annotation of
-    /// the object as this pass read it) concerns an earlier container, not this one.
+    /// The container was created by this pass: a bootstrap start on the object (the annotation
+    /// of the object as this pass read it) concerns an earlier container, not this one.
     pub fresh: bool,
+    /// The start the container was created for (its label
+    /// [`BOOTSTRAP_START`](crate::docker::labels::BOOTSTRAP_START)), when this pass inspected or
+    /// created it.
+    pub created_for: Option<&'a str>,
 }
 
 /// Where in its bootstrap a node is, as upstream v1.14 reports it: step 1 waits for the init
@@ -223,7 +232,12 @@ pub async fn reconcile(
     // No task of this process. After a terminal result or a start by an earlier process, the
     // sentinel wins over everything: bootstrap already happened (an orphaned exec finished). A
     // first start needs no look: the runner does nothing when the sentinel is there.
-    let started = if t.fresh { None } else { started_at(t.dm) };
+    let on_record = if t.fresh {
+        None
+    } else {
+        recorded_start(t.dm, t.created_for)
+    };
+    let started = on_record.as_ref().map(|r| r.at);
     if (terminal || started.is_some()) && sentinel_exists(ctx, t.container).await? {
         set(completed());
         return Ok(Outcome::Done);
@@ -233,9 +247,10 @@ pub async fn reconcile(
         return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
     }
     let timeout = t.dm.bootstrap_timeout(ctx.settings.bootstrap_timeout);
-    if let Some(started) = started
-        && !never_began(t.dm, ctx, t.container, started).await?
+    if let Some(record) = &on_record
+        && !never_began(record, ctx, t.container).await?
     {
+        let started = record.at;
         // Started by an earlier manager process: never start the commands a second time.
         let phase = at(current_step(ctx, t.container, images).await);
         let deadline = started + chrono::Duration::from_std(timeout).unwrap_or_default();
@@ -277,9 +292,14 @@ pub async fn reconcile(
         }
         Err(e) => return Err(e),
     };
-    // Record the start before starting, so that no later pass can start a second run, and the
-    // token the run claims the node with, so that a later process knows it claims.
-    plan.claim = Some(record_start(patcher, now).await?);
+    // The start is on record before the run starts, so that no later pass can start a second
+    // run, with the token the run claims the node with, so that a later process knows it
+    // claims: the container created for it by this pass carries both; any other start is
+    // recorded on the object.
+    plan.claim = Some(match t.created_for.filter(|_| t.fresh) {
+        Some(token) => token.to_string(),
+        None => record_start(patcher, now).await?,
+    });
     let total = plan.total();
     let (wake, me) = (ctx.wake.clone(), ObjectRef::from_obj(t.dm));
     ctx.bootstraps.start(
@@ -352,10 +372,11 @@ pub async fn reset(
     Ok(())
 }
 
-/// Whether a bootstrap was started in the machine's current container: its start is on record,
-/// or this process ran one (finished, or still running).
-pub fn began(dm: &DockerMachine, ctx: &Context) -> bool {
-    dm.annotations().contains_key(STARTED_AT)
+/// Whether a bootstrap was started in the machine's current container: its start is on record
+/// (on the object, or the container was created for one: `created_for`), or this process ran
+/// one (finished, or still running).
+pub fn began(dm: &DockerMachine, ctx: &Context, created_for: Option<&str>) -> bool {
+    recorded_start(dm, created_for).is_some()
         || !matches!(
             ctx.bootstraps.poll(&dm.uid().unwrap_or_default()),
             TaskState::NotStarted
@@ -369,16 +390,52 @@ pub async fn record_stop(patcher: &mut Patcher<'_>, inputs: &str) -> Result<()> 
         .await
 }
 
-fn started_at(dm: &DockerMachine) -> Option<DateTime<Utc>> {
-    let value = dm.annotations().get(STARTED_AT)?;
+/// A bootstrap start on record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recorded {
+    pub at: DateTime<Utc>,
+    /// Its run claims the node before the first command (a claim token is on record with it).
+    pub claims: bool,
+}
+
+/// The token of a start at `at`: its time, to the nanosecond. Only an exclusive claim keeps two
+/// runs apart, and only when their tokens differ: two starts in the same nanosecond are not a
+/// practical concern.
+pub fn start_token(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+fn parse_time(value: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(value)
         .ok()
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// Pure: the machine's current bootstrap start, the later of the one on the object (a start
+/// made again in an existing container; [`BOOTSTRAP_CLAIM`] with it if its manager claims) and
+/// the one its container was created for (`created_for`, always claimed). An object's start
+/// older than the container's concerns an earlier container.
+pub fn recorded_start(dm: &DockerMachine, created_for: Option<&str>) -> Option<Recorded> {
+    let annotations = dm.annotations();
+    let on_object = annotations
+        .get(STARTED_AT)
+        .and_then(|v| parse_time(v))
+        .map(|at| Recorded {
+            at,
+            claims: annotations.contains_key(BOOTSTRAP_CLAIM),
+        });
+    let on_container = created_for
+        .and_then(parse_time)
+        .map(|at| Recorded { at, claims: true });
+    match (on_object, on_container) {
+        (Some(o), Some(c)) => Some(if o.at > c.at { o } else { c }),
+        (o, c) => o.or(c),
+    }
+}
+
 /// Persist the start at `at` and the token its run claims the node with (returned).
 async fn record_start(patcher: &mut Patcher<'_>, at: DateTime<Utc>) -> Result<String> {
-    let token = at.to_rfc3339();
+    let token = start_token(at);
     patcher
         .annotations(json!({ STARTED_AT: token, BOOTSTRAP_CLAIM: token }))
         .await?;
@@ -386,24 +443,19 @@ async fn record_start(patcher: &mut Patcher<'_>, at: DateTime<Utc>) -> Result<St
 }
 
 /// Whether the bootstrap on record (of an earlier process) never reached its commands: its
-/// manager claims before the first command ([`BOOTSTRAP_CLAIM`] says so) and the node holds no
+/// manager claims before the first command ([`Recorded::claims`]) and the node holds no
 /// claim. Such a start is made again rather than waited for until it times out: a manager Pod
 /// that a control-plane rollout deletes (self-hosted) may stop between recording a start and
 /// running it. A start by an older manager, which did not claim, is waited for as before.
-async fn never_began(
-    dm: &DockerMachine,
-    ctx: &Context,
-    container: &str,
-    started: DateTime<Utc>,
-) -> Result<bool> {
-    if !dm.annotations().contains_key(BOOTSTRAP_CLAIM)
+async fn never_began(record: &Recorded, ctx: &Context, container: &str) -> Result<bool> {
+    if !record.claims
         || bootstrap::file_in_node(ctx.runtime.as_ref(), container, bootstrap::CLAIM_PATH).await?
     {
         return Ok(false);
     }
     info!(
         %container,
-        started = %started.to_rfc3339(),
+        started = %record.at.to_rfc3339(),
         "the bootstrap on record never reached its commands (its process stopped first); starting it again"
     );
     Ok(true)
@@ -538,6 +590,51 @@ async fn sentinel_exists(ctx: &Context, container: &str) -> Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_annotations(pairs: &[(&str, &str)]) -> DockerMachine {
+        let mut dm = DockerMachine::new("m", Default::default());
+        let annotations = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        dm.metadata.annotations = Some(annotations.collect());
+        dm
+    }
+
+    #[test]
+    fn the_later_of_the_objects_and_the_containers_start_is_the_current_one() {
+        let (earlier, later) = ("2026-11-27T10:00:00.5Z", "2026-11-27T10:00:01Z");
+        let at = |t| parse_time(t).unwrap();
+        let unclaimed = with_annotations(&[(STARTED_AT, earlier)]);
+        assert_eq!(
+            recorded_start(&unclaimed, Some(later)),
+            Some(Recorded {
+                at: at(later),
+                claims: true
+            }),
+            "an object's start older than the container's concerns an earlier container"
+        );
+        let again = with_annotations(&[(STARTED_AT, later), (BOOTSTRAP_CLAIM, later)]);
+        assert_eq!(
+            recorded_start(&again, Some(earlier)),
+            Some(Recorded {
+                at: at(later),
+                claims: true
+            }),
+            "a start made again in the container is on the object"
+        );
+        let old = with_annotations(&[(STARTED_AT, later)]);
+        assert_eq!(
+            recorded_start(&old, None),
+            Some(Recorded {
+                at: at(later),
+                claims: false
+            }),
+            "an older manager's start, without a claim token"
+        );
+        let none = with_annotations(&[]);
+        assert_eq!(recorded_start(&none, None), None);
+        assert_eq!(recorded_start(&none, Some("not a time")), None);
+        let token = start_token(at(earlier));
+        assert_eq!(parse_time(&token), Some(at(earlier)), "{token}");
+    }
 
     #[test]
     fn steps_map_to_upstreams_three_bootstrap_conditions() {

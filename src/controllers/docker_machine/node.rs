@@ -53,6 +53,14 @@ pub fn found_or_adopted(
     }
 }
 
+/// The bootstrap start the container was created for ([`labels::BOOTSTRAP_START`]), if ours.
+pub fn created_for(found: &Found) -> Option<&str> {
+    match found {
+        Found::Ours(c) => c.labels.get(labels::BOOTSTRAP_START).map(String::as_str),
+        _ => None,
+    }
+}
+
 /// Before the machine is provisioned.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Provisioning {

@@ -263,6 +263,10 @@ impl Provisioning<'_, '_> {
             container: &name,
             secret_name: self.secret_name,
             fresh,
+            created_for: container
+                .as_ref()
+                .and_then(|c| c.labels.get(labels::BOOTSTRAP_START))
+                .map(String::as_str),
         };
         match machine_bootstrap::reconcile(&target, self.patcher, ctx, status).await? {
             machine_bootstrap::Outcome::Done => {}
@@ -310,7 +314,7 @@ impl Provisioning<'_, '_> {
     /// The container found for a machine whose bootstrap is not running: use it, create it,
     /// start it, (stopped before its bootstrap began) recreate it, or (stopped while its
     /// bootstrap ran) report it and leave it until the inputs change. `true` with a container
-    /// this pass created: no bootstrap on record concerns it.
+    /// this pass created: no bootstrap on record concerns it but the one it was created for.
     async fn use_or_create(
         &mut self,
         found: node::Found,
@@ -320,7 +324,7 @@ impl Provisioning<'_, '_> {
     ) -> Result<(ContainerInfo, bool)> {
         let (dm, ctx) = (self.dm, self.ctx);
         let uid = dm.uid().unwrap_or_default();
-        let began = machine_bootstrap::began(dm, ctx);
+        let began = machine_bootstrap::began(dm, ctx, node::created_for(&found));
         let inputs = node::bootstrap_inputs(dm.metadata.generation, self.secret_name);
         let reported = dm
             .annotations()
@@ -329,7 +333,7 @@ impl Provisioning<'_, '_> {
         Ok(match node::provisioning(found, began) {
             node::Provisioning::Use(c) => (c, false),
             node::Provisioning::Conflict(why) => return Err(conflict(name, why)),
-            node::Provisioning::Create => (self.create_node(owner, name).await?, true),
+            node::Provisioning::Create => self.create_node(owner, name).await?,
             node::Provisioning::Start(c) => {
                 info!(container = %name, "starting a node container that was created but never started");
                 ctx.runtime.start(name).await?;
@@ -390,7 +394,7 @@ impl Provisioning<'_, '_> {
     ) -> Result<(ContainerInfo, bool)> {
         self.ctx.runtime.remove(name).await?;
         machine_bootstrap::reset(self.dm, self.patcher, self.ctx, status).await?;
-        Ok((self.create_node(owner, name).await?, true))
+        self.create_node(owner, name).await
     }
 
     /// Set `providerID` on the workload cluster's Node for this container, when the container is
@@ -460,8 +464,14 @@ impl Provisioning<'_, '_> {
         self.ctx.waits.next_delay(&key).max(NODE_RETRY)
     }
 
-    /// Create the node container; a missing image reference or a lost name race is blocked.
-    async fn create_node(&self, owner: &labels::Owner<'_>, name: &str) -> Result<ContainerInfo> {
+    /// Create the node container, labelled with the start of the bootstrap this pass is about to
+    /// run ([`labels::BOOTSTRAP_START`]); `true` when this call created it. A missing image
+    /// reference is blocked; a lost name race yields the winner's container (`false`), if ours.
+    async fn create_node(
+        &self,
+        owner: &labels::Owner<'_>,
+        name: &str,
+    ) -> Result<(ContainerInfo, bool)> {
         let (b, dm, ctx) = (self.bound, self.dm, self.ctx);
         let version = b.machine.spec.version.as_deref().unwrap_or_default();
         // A spec we cannot act on waits for the user to change it (a change triggers at once).
@@ -492,6 +502,10 @@ impl Provisioning<'_, '_> {
         if let Some(fd) = b.machine.failure_domain() {
             container_labels.insert(labels::FAILURE_DOMAIN.to_string(), fd.to_string());
         }
+        container_labels.insert(
+            labels::BOOTSTRAP_START.to_string(),
+            machine_bootstrap::start_token(chrono::Utc::now()),
+        );
         let mounts = extra_mounts(dm, &ctx.settings.host_paths).map_err(invalid_spec)?;
         let ipv6 = b.cluster.ip_family().is_ok_and(|f| f != IpFamily::V4);
         let spec = specs::node_container_spec(&specs::NodeParams {
@@ -512,11 +526,11 @@ impl Provisioning<'_, '_> {
             Ok(c) => {
                 let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 info!(container = %name, took_ms, "node container created and started");
-                Ok(c)
+                Ok((c, true))
             }
             // Lost a race for the name: use the container only if it is ours.
             Err(RuntimeError::Conflict(_)) => match ctx.runtime.inspect(name).await? {
-                Some(c) if labels::usable_by(&c.labels, owner) && c.is_alive() => Ok(c),
+                Some(c) if labels::usable_by(&c.labels, owner) && c.is_alive() => Ok((c, false)),
                 // Ours but not running (its creator was killed between create and start): the
                 // next pass starts it (or recreates it) like any container it finds.
                 Some(c) if labels::usable_by(&c.labels, owner) => Err(Error::Missing(format!(
