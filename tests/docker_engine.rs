@@ -783,6 +783,37 @@ async fn start_failure_removes_the_container() {
 }
 
 #[tokio::test]
+async fn a_network_removed_behind_the_adapters_back_is_made_again() {
+    ensure_test_image().await;
+    with_run("netgone", |id| async move {
+        let rt = runtime().await;
+        let network = ensure_test_network(&rt, &id).await;
+        raw_docker()
+            .remove_network(&network)
+            .await
+            .expect("remove the network by hand");
+        let spec = plain_spec(&id, "n", &network, None);
+        let err = rt
+            .create_and_start(&spec)
+            .await
+            .expect_err("its network is gone");
+        // Docker creates the container and fails its start (404); Podman refuses the create
+        // (with a 500, which the adapter can only read as the engine failing).
+        assert!(err.to_string().contains("not found"), "{err}");
+
+        // The next attempt, as a reconcile makes it: the network first, then the container.
+        ensure_test_network(&rt, &id).await;
+        assert_eq!(networks_matching(&network).await.len(), 1, "made again");
+        let info = rt
+            .create_and_start(&spec)
+            .await
+            .expect("starts on the new network");
+        assert!(info.is_running());
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn missing_objects() {
     let rt = runtime().await;
     let id = run_id("missing");

@@ -549,6 +549,12 @@ impl ContainerRuntime for BollardRuntime {
         self.count(Op::ContainerStart);
         if let Err(e) = self.docker.start_container(&created.id, None).await {
             let err = classify(&format!("start container {}", spec.name), e);
+            // A network removed behind our back (`docker network prune`) lets the create
+            // through and fails the start: forget what we knew, or every next attempt would
+            // skip making it again and fail the same way.
+            if matches!(err, RuntimeError::NotFound(_)) {
+                self.learn(|k| *k = Known::default());
+            }
             // Remove it so the next attempt starts clean (e.g. "port is already allocated").
             self.count(Op::ContainerRemove);
             let remove = RemoveContainerOptionsBuilder::default()
