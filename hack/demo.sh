@@ -53,10 +53,17 @@ start_manager() {
   wait_for 60 "manager ready on $HEALTH_ADDR" curl -sf "http://$HEALTH_ADDR/readyz"
 }
 
+ensure_namespace() {
+  "$KUBECTL" create namespace "$NAMESPACE" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null
+}
+
 down() {
   if "$KUBECTL" get cluster "$CLUSTER" -n "$NAMESPACE" >/dev/null 2>&1; then
     # Deleting needs CAPI's managers and ours: something may have stopped them since `up`.
     hack/capi.sh up
+    # A namespace removed with its finalizers forced leaves its objects behind, unwritable
+    # ("namespace not found") and so undeletable by any controller: give them a namespace back.
+    ensure_namespace
     start_manager
     log "deleting cluster $CLUSTER (machines, load balancer, containers)"
     "$KUBECTL" delete cluster "$CLUSTER" -n "$NAMESPACE" --timeout=180s
@@ -77,7 +84,7 @@ hack/images.sh
 hack/plane.sh up
 hack/capi.sh up
 
-"$KUBECTL" create namespace "$NAMESPACE" --dry-run=client -o yaml | "$KUBECTL" apply -f - >/dev/null
+ensure_namespace
 # A fresh log for a fresh manager: tests/demo.rs reads what this one reconciled.
 manager_pid >/dev/null || : >"$DEMO_DIR/manager.log"
 start_manager
