@@ -38,6 +38,30 @@ fn node_spec() -> serde_json::Value {
     json!({"customImage": NODE_IMAGE})
 }
 
+/// The light node with a command that is not in it: every start of it fails.
+const NOSTART_IMAGE: &str = "capd-rs-test/nostart:1";
+
+/// Make [`NOSTART_IMAGE`] from the light node, once (a commit of an unstarted container).
+fn ensure_nostart_image(run_label: &str, id: &str) {
+    if !docker_lines(&["images", "-q", NOSTART_IMAGE]).is_empty() {
+        return;
+    }
+    let source = format!("{id}-nostart-source");
+    let _ = docker_cli_output(&[
+        "create", "--name", &source, "--label", run_label, NODE_IMAGE,
+    ]);
+    let _ = docker_cli_output(&[
+        "commit",
+        "--change",
+        r#"CMD ["/capd-rs-test/no-such-command"]"#,
+        "--change",
+        "LABEL capd-rs.test/image=nostart",
+        &source,
+        NOSTART_IMAGE,
+    ]);
+    let _ = docker_cli_output(&["rm", &source]);
+}
+
 /// The manager's resident set, from /proc (KiB).
 fn rss_kib(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -226,6 +250,9 @@ async fn hostile_inputs_are_bounded_reported_and_kept_secret() {
         };
         let label = format!("{TEST_LABEL}={}", env.id);
         let starts_seen = ContainerEvents::record(&format!("label={label}"), "start");
+        // A failed start leaves no `start` event: its container is created and removed.
+        let creates_seen = ContainerEvents::record(&format!("label={label}"), "create");
+        ensure_nostart_image(&label, &env.id);
         let started = unix_now();
 
         // Cluster a: the machines with bootstrap data of every hostile shape, and a kubeconfig
@@ -255,6 +282,9 @@ async fn hostile_inputs_are_bounded_reported_and_kept_secret() {
         // bootstrap data: refused, and its value shows nowhere.
         env.create_secret_of_type(&ns, "opaque", Some(CANARY), None, "Opaque").await;
         env.create_machine(&ns, &a, "m-opaque", false, Some("opaque"), node_spec()).await;
+        // A node whose every start fails: retried on its backoff, never at engine speed (each
+        // failed start's container is removed, and that removal must not wake the machine).
+        env.create_machine(&ns, &a, "m-nostart", false, Some("ok"), json!({"customImage": NOSTART_IMAGE})).await;
 
         // The impostor: owned by a real Machine whose infrastructureRef names another object.
         let (real, _) = env.create_machine(&ns, &a, "m-real", false, Some("ok"), node_spec()).await;
@@ -328,6 +358,7 @@ async fn hostile_inputs_are_bounded_reported_and_kept_secret() {
             ("m-exec", "ContainerProvisioned", &["WorkloadKubeconfigRefused"]),
             ("m-tokenfile", "ContainerProvisioned", &["WorkloadKubeconfigRefused"]),
             ("m-impostor", "ContainerProvisioned", &["NotMachineInfrastructure"]),
+            ("m-nostart", "ContainerProvisioned", &["InvalidSpec"]),
         ];
         let mut messages = BTreeMap::new();
         for (m, type_, reasons) in outcomes {
@@ -376,6 +407,9 @@ async fn hostile_inputs_are_bounded_reported_and_kept_secret() {
             let during = env.reconciles_of(m) - before;
             assert!(during <= 4, "{m} reconciled {during} times in 30 s at rest");
         }
+        let creates = starts_since(&creates_seen, rest_since).await;
+        let nostart = creates.get(&format!("{a}-m-nostart")).copied().unwrap_or(0);
+        assert!(nostart <= 4, "a node whose start always fails was created {nostart} times in 30 s at rest");
         let starts = starts_since(&starts_seen, rest_since).await;
         for (container, n) in &starts {
             assert!(

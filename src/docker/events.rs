@@ -1,9 +1,14 @@
 //! The engine's container events, as the runtime port exposes them: when one of our containers
 //! dies, stops or disappears (by hand, OOM, engine restart), its labels are reported so that the
 //! controllers can reconcile the owner at once instead of at the next resync; and when the engine
-//! answers again after the stream broke, that is reported too. Which object a container belongs
+//! answers again after the stream broke, that is reported too. Events of a removal this process
+//! made are left out (see [`super::engine::OwnRemovals`]). Which object a container belongs
 //! to is the controllers' business ([`crate::controllers::docker_triggers`]).
-use std::{collections::HashMap, future::Future, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    future::Future,
+    time::Duration,
+};
 
 use bollard::query_parameters::EventsOptionsBuilder;
 use futures::{StreamExt, channel::mpsc, stream::BoxStream};
@@ -27,6 +32,7 @@ pub fn container_events(
 ) -> BoxStream<'static, EngineEvent> {
     let (tx, rx) = mpsc::unbounded();
     let docker = rt.client().clone();
+    let own = rt.own_removals();
     let follow = async move {
         let managed = format!("{}={}", labels::MANAGED_BY, labels::MANAGED_BY_VALUE);
         let filters = HashMap::from([
@@ -47,12 +53,17 @@ pub fn container_events(
                     }
                 };
                 let action = event.action.unwrap_or_default();
-                let labels = event
+                let labels: BTreeMap<String, String> = event
                     .actor
                     .and_then(|a| a.attributes)
                     .unwrap_or_default()
                     .into_iter()
                     .collect();
+                let name = labels.get("name").map(String::as_str).unwrap_or_default();
+                if own.is_own(name, &action) {
+                    debug!(%action, container = name, "event of our own removal; not news");
+                    continue;
+                }
                 debug!(%action, "container event");
                 let event = EngineEvent::Container(ContainerEvent { action, labels });
                 if tx.unbounded_send(event).is_err() {

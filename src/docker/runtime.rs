@@ -183,7 +183,8 @@ pub struct ContainerEvent {
 /// What the engine's event stream reports.
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineEvent {
-    /// One of our containers died, stopped or was removed.
+    /// One of our containers died, stopped or was removed, other than by a removal of this
+    /// process.
     Container(ContainerEvent),
     /// The engine answers again after the stream broke (a restarted engine): whatever happened
     /// meanwhile was not reported, and every container stopped with an engine restart.

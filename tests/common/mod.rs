@@ -1052,8 +1052,6 @@ pub fn fully_provisioned(dm: &capd::api::DockerMachine) -> bool {
         && is_true(status.and_then(|s| s.conditions.as_ref()), "Ready")
 }
 
-/// Run a shell command in a container and return stdout (trimmed).
-/// Run the docker CLI; the command must succeed.
 /// The docker CLI's stdout, trimmed; panics when it fails.
 pub fn docker_cli_output(args: &[&str]) -> String {
     let out = std::process::Command::new("docker")
@@ -1064,6 +1062,7 @@ pub fn docker_cli_output(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Run the docker CLI; the command must succeed.
 pub fn docker_cli(args: &[&str]) {
     let status = std::process::Command::new("docker")
         .args(args)
@@ -1072,6 +1071,7 @@ pub fn docker_cli(args: &[&str]) {
     assert!(status.success(), "docker {args:?} failed");
 }
 
+/// Run a shell command in a container and return stdout (trimmed).
 pub async fn exec(docker: &BollardRuntime, container: &str, script: &str) -> (i64, String) {
     let out = docker
         .exec(

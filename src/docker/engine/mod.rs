@@ -41,12 +41,14 @@ mod convert;
 mod errors;
 mod exec;
 mod import;
+mod own_removals;
 
 use address::Endpoint;
 pub use address::EngineOptions;
 
 use convert::{create_body, host_capacity, info_from_inspect, info_from_summary, unavailable_cap};
 use errors::{chain, classify};
+pub(crate) use own_removals::OwnRemovals;
 
 const REQUEST_TIMEOUT_SECS: u64 = 120;
 
@@ -135,6 +137,8 @@ pub struct BollardRuntime {
     known: std::sync::Mutex<Known>,
     /// Container removals in flight, at most [`MAX_REMOVALS`].
     removals: Semaphore,
+    /// Removals of ours, whose events the event stream leaves out.
+    own_removals: std::sync::Arc<OwnRemovals>,
     calls: [AtomicU64; OP_NAMES.len()],
     endpoint: String,
     engine: EngineVersion,
@@ -234,6 +238,7 @@ impl BollardRuntime {
             network_lock: Mutex::new(()),
             known: std::sync::Mutex::default(),
             removals: Semaphore::new(MAX_REMOVALS),
+            own_removals: std::sync::Arc::default(),
             calls: std::array::from_fn(|_| AtomicU64::new(0)),
             endpoint: shown,
             engine,
@@ -284,6 +289,11 @@ impl BollardRuntime {
     /// that the call counters do not see).
     pub(crate) fn client(&self) -> &Docker {
         &self.docker
+    }
+
+    /// The removals this runtime makes, for the event stream to leave out.
+    pub(crate) fn own_removals(&self) -> std::sync::Arc<OwnRemovals> {
+        self.own_removals.clone()
     }
 
     /// Total Docker API requests made so far.
@@ -555,17 +565,20 @@ impl ContainerRuntime for BollardRuntime {
             if matches!(err, RuntimeError::NotFound(_)) {
                 self.learn(|k| *k = Known::default());
             }
-            // Remove it so the next attempt starts clean (e.g. "port is already allocated").
+            // Remove it so the next attempt starts clean (e.g. "port is already allocated"),
+            // quietly: the owner retries on the error's backoff, not on the `destroy` event.
             self.count(Op::ContainerRemove);
             let remove = RemoveContainerOptionsBuilder::default()
                 .force(true)
                 .v(true)
                 .build();
+            self.own_removals.note(&spec.name);
             if let Err(re) = self
                 .docker
                 .remove_container(&created.id, Some(remove))
                 .await
             {
+                self.own_removals.forget(&spec.name);
                 tracing::warn!(container = %spec.name, error = %chain(&re), "removing a container that failed to start");
             }
             return Err(err);
@@ -600,11 +613,15 @@ impl ContainerRuntime for BollardRuntime {
         // Never closed: the semaphore lives as long as the runtime.
         let _slot = self.removals.acquire().await;
         self.count(Op::ContainerRemove);
-        match self
+        self.own_removals.note(name);
+        let removed = self
             .docker
             .remove_container(&reference, Some(options))
-            .await
-        {
+            .await;
+        if removed.is_err() {
+            self.own_removals.forget(name);
+        }
+        match removed {
             Ok(())
             | Err(BollardError::DockerResponseServerError {
                 status_code: 404, ..
