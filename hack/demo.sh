@@ -29,11 +29,13 @@ export KUBECONFIG="$KUBECONFIG_PATH"
 mkdir -p "$DEMO_DIR"
 
 # The pid file outlives the process (a machine restart): a pid is the demo's manager only if its
-# command line is this instance's (proc_pid checks the plane; the health address is the instance).
+# command line is this instance's. The namespace tells the instance (one per DEMO_NAME), whatever
+# addresses the environment gives this call: `down` without the addresses `up` had must still
+# find, and stop, the manager `up` started.
 manager_pid() {
   local pid
   pid=$(proc_pid "$DEMO_DIR/manager.pid") || return 1
-  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "--health-addr=$HEALTH_ADDR " || return 1
+  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "--namespace=$NAMESPACE " || return 1
   echo "$pid"
 }
 
