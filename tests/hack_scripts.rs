@@ -141,6 +141,32 @@ fn a_demo_pid_file_naming_another_process_is_not_the_manager() {
     );
 }
 
+/// `down` finds the instance's manager by its namespace, whatever addresses the call's environment
+/// gives: run without the health address `up` had, it used to miss the running manager, start a
+/// second one and stop only that, leaving the first to loop on a network `down` then removed.
+#[test]
+fn a_demo_manager_is_found_by_its_namespace_whatever_the_addresses() {
+    let script = r#"
+        source hack/lib.sh
+        dir="$PLANE_DIR/hack-test-demo-ns"
+        mkdir -p "$dir"
+        # A stand-in with a manager's command line (the `; :` keeps bash from exec'ing sleep).
+        bash -c 'sleep 30; :' "$PLANE_DIR/manager" --health-addr=127.0.0.1:9 \
+          --namespace=capd-rs-hack-test-demo-ns --container-label=x >/dev/null 2>&1 &
+        manager=$!
+        echo "$manager" > "$dir/manager.pid"
+        DEMO_NAME=hack-test-demo-ns DEMO_HEALTH_ADDR=127.0.0.1:1 bash hack/demo.sh down > /dev/null 2>&1 || true
+        echo "manager $(kill -0 "$manager" 2>/dev/null && echo alive || echo stopped)"
+        kill "$manager" 2>/dev/null || true
+    "#;
+    let (got, output) = bash_key_values(script);
+    assert_eq!(
+        got.get("manager").map(String::as_str),
+        Some("stopped"),
+        "{output}"
+    );
+}
+
 /// The e2e tests look for the binaries hack/lib.sh builds by version (clusterctl under
 /// `capi-v<CAPI_VERSION>`, the node image `kindest/node:v<K8S_VERSION>`): a default changed in
 /// one place only would send them after a build that does not exist.
