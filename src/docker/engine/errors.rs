@@ -18,6 +18,11 @@ pub(super) fn chain(err: &dyn std::error::Error) -> String {
     text
 }
 
+/// How Podman's Docker API ends its answer to a create naming a network that does not exist,
+/// sent as a 500 ("container create: unable to find network with name or ID x: network not
+/// found"), where Docker sends a 404. Not an engine that is down: the network is missing.
+const PODMAN_NO_SUCH_NETWORK: &str = ": network not found";
+
 /// Map a bollard error onto our classes; `what` names the operation.
 pub(super) fn classify(what: &str, err: BollardError) -> RuntimeError {
     match err {
@@ -28,6 +33,7 @@ pub(super) fn classify(what: &str, err: BollardError) -> RuntimeError {
             let text = format!("{what}: {message}");
             match status_code {
                 404 => RuntimeError::NotFound(text),
+                500 if message.ends_with(PODMAN_NO_SUCH_NETWORK) => RuntimeError::NotFound(text),
                 409 => RuntimeError::Conflict(text),
                 400..=499 => RuntimeError::Rejected(text),
                 _ => RuntimeError::Unavailable(text),
@@ -54,6 +60,16 @@ mod tests {
         assert!(matches!(classify("op", e(400)), RuntimeError::Rejected(_)));
         assert!(
             matches!(classify("op", e(500)), RuntimeError::Unavailable(m) if m.contains("engine says"))
+        );
+        let podman = BollardError::DockerResponseServerError {
+            status_code: 500,
+            message:
+                "container create: unable to find network with name or ID n1: network not found"
+                    .into(),
+        };
+        assert!(
+            matches!(classify("op", podman), RuntimeError::NotFound(m) if m.contains("n1")),
+            "Podman's missing network is missing, not an engine that is down"
         );
         assert!(matches!(
             classify("op", BollardError::RequestTimeoutError),

@@ -14,6 +14,7 @@ pub mod crds;
 pub mod docker_count;
 pub mod floor;
 pub mod in_memory;
+mod interrupt;
 pub mod nodes;
 pub mod objects;
 pub mod process;
@@ -35,6 +36,7 @@ use bollard::{
     },
 };
 use futures::{StreamExt, stream};
+use interrupt::Interrupt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 
@@ -116,9 +118,11 @@ struct Bench {
     own: Vec<CustomResourceDefinition>,
     upstream: Vec<CustomResourceDefinition>,
     installed: Installed,
+    interrupt: Interrupt,
 }
 
 pub async fn run(cfg: Config) -> Result<report::Report> {
+    let interrupt = Interrupt::listen()?;
     let kubeconfig = kube::config::Kubeconfig::read_from(&cfg.kubeconfig)?;
     let client = Client::try_from(
         kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,
@@ -148,6 +152,7 @@ pub async fn run(cfg: Config) -> Result<report::Report> {
         own,
         upstream,
         installed: Installed::Own,
+        interrupt,
     };
     let mut report = report::Report {
         date: now_rfc3339(),
@@ -206,6 +211,7 @@ impl Bench {
             for round in 0..rounds {
                 for subject in williams(&subjects, round) {
                     // An interrupt ends the phase inside `one`, which still cleans up after itself.
+                    self.interrupt.check()?;
                     let run = Run {
                         round,
                         after: previous.replace(subject.to_string()),
@@ -286,7 +292,7 @@ impl Bench {
                 };
                 let result = tokio::select! {
                     r = phase => r,
-                    _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+                    _ = self.interrupt.wait() => Err(anyhow::anyhow!("interrupted")),
                 };
                 if result.is_err() {
                     say(&format!(
@@ -483,7 +489,7 @@ impl Bench {
         };
         let result = tokio::select! {
             r = phase => r,
-            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+            _ = self.interrupt.wait() => Err(anyhow::anyhow!("interrupted")),
         };
         self.remove_containers(FLOOR, id).await;
         self.remove_networks(id).await;
