@@ -497,11 +497,12 @@ impl Bench {
     }
 
     async fn reading(&self, manager: &Manager) -> Result<Reading> {
-        let (requests, errors) = manager.counters().await?;
+        let counters = manager.counters().await?;
         Ok(Reading {
             usage: manager.usage(),
-            api_total: requests.values().sum(),
-            errors_total: errors.values().sum(),
+            api_total: counters.requests.values().sum(),
+            api_by: counters.own_requests,
+            errors_total: counters.errors.values().sum(),
             docker: self.counter.snapshot(),
         })
     }
@@ -794,6 +795,8 @@ fn cpu_delta(
 struct Reading {
     usage: Usage,
     api_total: u64,
+    /// capd-rs's requests by verb and resource (empty for upstream).
+    api_by: BTreeMap<String, u64>,
     errors_total: u64,
     docker: BTreeMap<String, u64>,
 }
@@ -815,6 +818,12 @@ fn with_manager(
         idle_cpu_pct: idle
             .map(|(i, window)| 100.0 * (i.usage.cpu_s - after.usage.cpu_s) / window.as_secs_f64()),
         api_requests: Some(after.api_total - before.api_total),
+        api_requests_by: after
+            .api_by
+            .iter()
+            .map(|(k, v)| (k.clone(), v - before.api_by.get(k).copied().unwrap_or(0)))
+            .filter(|(_, v)| *v > 0)
+            .collect(),
         idle_api_requests: idle.map(|(i, _)| i.api_total - after.api_total),
         reconcile_errors: Some(after.errors_total - before.errors_total),
         ..run

@@ -11,11 +11,12 @@ use std::{
 use anyhow::{Context, Result, bail};
 use tokio::process::{Child, Command};
 
-/// A counter on `/metrics` and the label its samples are summed by.
+/// A counter on `/metrics` and the labels its samples are summed by (their values, joined by a
+/// space, name a sum).
 #[derive(Clone, Copy, Debug)]
 pub struct RequestMetric {
     pub name: &'static str,
-    pub label: &'static str,
+    pub labels: &'static [&'static str],
 }
 
 /// Kubernetes API requests as client-go counts them (one per response, by HTTP method). Both
@@ -23,13 +24,29 @@ pub struct RequestMetric {
 /// instrument.
 pub const CLIENT_GO_REQUESTS: RequestMetric = RequestMetric {
     name: "rest_client_requests_total",
-    label: "method",
+    labels: &["method"],
+};
+/// capd-rs's own count of its Kubernetes API requests, by verb and resource ("patch
+/// dockermachines/status"): what each request of a machine is for. Upstream has no such series.
+pub const OWN_REQUESTS: RequestMetric = RequestMetric {
+    name: "capd_kube_api_requests_total",
+    labels: &["verb", "resource"],
 };
 /// Failed reconciles as controller-runtime counts them, by controller; capd-rs exports the same.
 pub const RECONCILE_ERRORS: RequestMetric = RequestMetric {
     name: "controller_runtime_reconcile_errors_total",
-    label: "controller",
+    labels: &["controller"],
 };
+
+/// What the bench reads off a manager's `/metrics`, each counter so far.
+pub struct Counters {
+    /// [`CLIENT_GO_REQUESTS`], by method.
+    pub requests: BTreeMap<String, u64>,
+    /// [`OWN_REQUESTS`], by verb and resource (empty for upstream).
+    pub own_requests: BTreeMap<String, u64>,
+    /// [`RECONCILE_ERRORS`], by controller.
+    pub errors: BTreeMap<String, u64>,
+}
 
 pub struct Manager {
     child: Child,
@@ -93,13 +110,14 @@ impl Manager {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Kubernetes API requests so far (by method) and failed reconciles so far (by controller).
-    pub async fn counters(&self) -> Result<(BTreeMap<String, u64>, BTreeMap<String, u64>)> {
+    /// Kubernetes API requests and failed reconciles so far.
+    pub async fn counters(&self) -> Result<Counters> {
         let text = get(&self.metrics_url).await?;
-        Ok((
-            sum_by(&text, CLIENT_GO_REQUESTS),
-            sum_by(&text, RECONCILE_ERRORS),
-        ))
+        Ok(Counters {
+            requests: sum_by(&text, CLIENT_GO_REQUESTS),
+            own_requests: sum_by(&text, OWN_REQUESTS),
+            errors: sum_by(&text, RECONCILE_ERRORS),
+        })
     }
 
     pub fn usage(&self) -> Usage {
@@ -215,9 +233,9 @@ fn stat_times(stat: &str) -> Option<(&str, [u64; 4])> {
     ))
 }
 
-/// Sums a counter's samples by one label: `name{..label="v"..} 3` lines.
+/// Sums a counter's samples by its labels: `name{..label="v"..} 3` lines; a sample without one
+/// of the labels is left out.
 pub fn sum_by(metrics: &str, m: RequestMetric) -> BTreeMap<String, u64> {
-    let key = format!("{}=\"", m.label);
     let mut out = BTreeMap::new();
     for line in metrics.lines() {
         let Some(rest) = line.strip_prefix(m.name) else {
@@ -229,13 +247,24 @@ pub fn sum_by(metrics: &str, m: RequestMetric) -> BTreeMap<String, u64> {
         let Some((labels, value)) = labels.rsplit_once('}') else {
             continue;
         };
-        let Some(start) = labels.find(&key) else {
+        let values: Option<Vec<&str>> = m
+            .labels
+            .iter()
+            .map(|label| {
+                // After `{` or `,`, so that `verb` is not found inside `subverb`.
+                let key = format!("{label}=\"");
+                let start = labels
+                    .match_indices(&key)
+                    .find(|(i, _)| *i == 0 || labels.as_bytes()[i - 1] == b',')?
+                    .0;
+                labels[start + key.len()..].split('"').next()
+            })
+            .collect();
+        let Some(values) = values else {
             continue;
         };
-        let v = &labels[start + key.len()..];
-        let v = v.split('"').next().unwrap_or_default();
         let n = value.trim().parse::<f64>().unwrap_or(0.0);
-        *out.entry(v.to_string()).or_default() += n as u64;
+        *out.entry(values.join(" ")).or_default() += n as u64;
     }
     out
 }
@@ -351,6 +380,17 @@ mod tests {
                 ("dockercluster".to_string(), 1),
                 ("dockermachine".into(), 4)
             ])
+        );
+        let own = "capd_kube_api_requests_total{verb=\"patch\",resource=\"dockermachines/status\"} 7\n\
+            capd_kube_api_requests_total{verb=\"get\",resource=\"secrets\"} 2\n\
+            capd_kube_api_requests_total{subverb=\"x\",resource=\"secrets\"} 5\n";
+        assert_eq!(
+            sum_by(own, OWN_REQUESTS),
+            BTreeMap::from([
+                ("get secrets".to_string(), 2),
+                ("patch dockermachines/status".into(), 7)
+            ]),
+            "both labels name a sum; a sample missing one is left out"
         );
     }
 

@@ -62,6 +62,10 @@ pub struct Run {
     pub api_requests: Option<u64>,
     /// ... and during the idle window.
     pub idle_api_requests: Option<u64>,
+    /// The provisioning window's requests by verb and resource ("patch dockermachines/status"),
+    /// from capd-rs's own counter: what each is for. Empty for upstream (no such counter).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub api_requests_by: BTreeMap<String, u64>,
     /// Failed reconciles (controller-runtime's counter, which both managers export) from
     /// creating the DockerMachines to all bootstrapped: work a subject repeats, beside its time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -433,6 +437,30 @@ impl Report {
         out
     }
 
+    /// What capd-rs's API requests while provisioning were, per machine, at the largest light N:
+    /// the most frequent first.
+    fn requests_by_markdown(&self) -> String {
+        let Some(r) = self
+            .ns()
+            .last()
+            .and_then(|&n| self.run(CAPD_RS, n))
+            .filter(|r| !r.api_requests_by.is_empty())
+        else {
+            return String::new();
+        };
+        let mut by: Vec<(&String, &u64)> = r.api_requests_by.iter().collect();
+        by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let parts: Vec<String> = by
+            .iter()
+            .map(|(what, count)| format!("{what} {:.2}", r.per_machine(**count)))
+            .collect();
+        format!(
+            "\ncapd-rs's API requests per machine while N={} were provisioned, by verb and resource: {}.\n",
+            r.n,
+            parts.join(", ")
+        )
+    }
+
     /// The in-memory table: one row per shape, N and subject.
     fn in_memory_markdown(&self) -> String {
         let opt =
@@ -532,6 +560,7 @@ impl Report {
                 }
             }
         }
+        s.push_str(&self.requests_by_markdown());
         s.push_str(&self.paired_markdown());
         s.push_str(&self.rss_markdown());
         s.push_str(&self.errors_markdown());
@@ -820,6 +849,46 @@ mod tests {
         assert!(
             page.contains(&header),
             "docs/performance.md lacks:\n{header}"
+        );
+    }
+
+    #[test]
+    fn capd_rs_requests_are_broken_down_per_machine_at_the_largest_n() {
+        let by = |pairs: &[(&str, u64)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let report = Report {
+            runs: vec![
+                Run {
+                    api_requests_by: by(&[("get secrets", 10)]),
+                    ..run(CAPD_RS, 10, 1.0, None, Some(10))
+                },
+                Run {
+                    api_requests_by: by(&[
+                        ("get secrets", 100),
+                        ("patch dockermachines/status", 200),
+                    ]),
+                    ..run(CAPD_RS, 100, 1.0, None, Some(300))
+                },
+                run(UPSTREAM, 100, 1.0, None, Some(900)),
+            ],
+            ..Default::default()
+        };
+        let md = report.markdown();
+        assert!(
+            md.contains("N=100 were provisioned, by verb and resource: patch dockermachines/status 2.00, get secrets 1.00."),
+            "{md}"
+        );
+        let none = Report {
+            runs: vec![run(CAPD_RS, 10, 1.0, None, Some(10))],
+            ..Default::default()
+        };
+        assert!(
+            !none.markdown().contains("by verb and resource"),
+            "nothing to break down"
         );
     }
 
