@@ -540,12 +540,6 @@ async fn failing_and_invalid_bootstrap_data_give_conditions() {
             assert!(!c.message.contains("output-marker-91c"), "output stays out of status: {}", c.message);
             assert!(dm.spec.provider_id.is_none(), "{m} must not be provisioned");
             assert!(!dm.cond_true("Ready"));
-            // Data that cannot run gets no container: one left waiting for it could be stopped
-            // twice meanwhile and read as a bootstrap that stopped its own node.
-            if *reason != "BootstrapFailed" {
-                assert!(dm.has_reason("ContainerProvisioned", "WaitingForBootstrapData"), "{m}");
-                assert!(inspect(&docker, &format!("{name}-{m}")).await.is_none(), "{m} has no container");
-            }
         }
         // A host path the manager never mounts (the Docker socket's directory): refused with a
         // reason before any container exists.

@@ -73,25 +73,6 @@ pub struct Target<'a> {
     /// [`BOOTSTRAP_START`](crate::docker::labels::BOOTSTRAP_START)), when this pass inspected or
     /// created it.
     pub created_for: Option<&'a str>,
-    /// The bootstrap data, read and checked before this pass created the container (see
-    /// [`load`]); read here otherwise.
-    pub loaded: Option<Loaded>,
-}
-
-/// The steps of a bootstrap from its Secret, and the cloud-config modules they leave out.
-pub struct Loaded {
-    plan: bootstrap::Plan,
-    skipped: Vec<String>,
-}
-
-/// Read and check `dm`'s bootstrap data, before a node container is made for it: a container is
-/// made only for data it can run. One made first would wait, running, for a Secret that is
-/// missing or invalid; stopped twice meanwhile (two engine restarts), it would read as a
-/// bootstrap that stopped its own node, and never be made again for the same inputs.
-pub async fn load(ctx: &Context, dm: &DockerMachine, secret_name: &str) -> Result<Loaded> {
-    let ns = dm.namespace().unwrap_or_default();
-    let (plan, skipped) = load_steps(ctx, &ns, secret_name, pre_load_images(dm)).await?;
-    Ok(Loaded { plan, skipped })
 }
 
 /// Where in its bootstrap a node is, as upstream v1.14 reports it: step 1 waits for the init
@@ -173,12 +154,13 @@ fn pre_load_images(dm: &DockerMachine) -> Vec<String> {
 }
 
 pub async fn reconcile(
-    t: Target<'_>,
+    t: &Target<'_>,
     patcher: &mut Patcher<'_>,
     ctx: &Context,
     status: &mut Status,
 ) -> Result<Outcome> {
     let uid = t.dm.uid().unwrap_or_default();
+    let ns = t.dm.namespace().unwrap_or_default();
     let now = Utc::now();
     let conds = status.conditions();
     let done = conditions::is_true(conds, types::BOOTSTRAP_COMPLETED);
@@ -298,11 +280,8 @@ pub async fn reconcile(
         return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
     }
 
-    let loaded = match t.loaded {
-        Some(loaded) => Ok(loaded),
-        None => load(ctx, t.dm, t.secret_name).await,
-    };
-    let Loaded { mut plan, skipped } = match loaded {
+    let pre_load = pre_load_images(t.dm);
+    let (mut plan, skipped) = match load_steps(ctx, &ns, t.secret_name, pre_load).await {
         Ok(loaded) => loaded,
         // Without usable data, a node that was bootstrapped all the same (a moved cluster
         // whose status did not come along) is still recognised by its sentinel.

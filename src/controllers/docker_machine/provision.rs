@@ -237,12 +237,12 @@ impl Provisioning<'_, '_> {
         // While its bootstrap runs, the container is known to exist (the exec runs in it; one
         // lost meanwhile fails the exec, and the pass after that looks): no engine call per
         // pass while a hundred machines bootstrap.
-        let (container, loaded) = if ctx.bootstraps.is_running(&uid) {
-            (None, None)
+        let (container, fresh) = if ctx.bootstraps.is_running(&uid) {
+            (None, false)
         } else {
             let found = node::found(ctx.runtime.inspect(&name).await?, &owner);
-            let (c, loaded) = self.use_or_create(found, &owner, &name, status).await?;
-            (Some(c), loaded)
+            let (c, fresh) = self.use_or_create(found, &owner, &name, status).await?;
+            (Some(c), fresh)
         };
         status.set(&Desired::true_(
             types::CONTAINER_PROVISIONED,
@@ -262,14 +262,13 @@ impl Provisioning<'_, '_> {
             dm,
             container: &name,
             secret_name: self.secret_name,
-            fresh: loaded.is_some(),
+            fresh,
             created_for: container
                 .as_ref()
                 .and_then(|c| c.labels.get(labels::BOOTSTRAP_START))
                 .map(String::as_str),
-            loaded,
         };
-        match machine_bootstrap::reconcile(target, self.patcher, ctx, status).await? {
+        match machine_bootstrap::reconcile(&target, self.patcher, ctx, status).await? {
             machine_bootstrap::Outcome::Done => {}
             machine_bootstrap::Outcome::Wait(action) => return Ok(action),
         }
@@ -314,16 +313,15 @@ impl Provisioning<'_, '_> {
 
     /// The container found for a machine whose bootstrap is not running: use it, create it,
     /// start it, (stopped before its bootstrap began) recreate it, or (stopped while its
-    /// bootstrap ran) report it and leave it until the inputs change. With a container this
-    /// pass created, the bootstrap data read for it: no bootstrap on record concerns it but the
-    /// one it was created for.
+    /// bootstrap ran) report it and leave it until the inputs change. `true` with a container
+    /// this pass created: no bootstrap on record concerns it but the one it was created for.
     async fn use_or_create(
         &mut self,
         found: node::Found,
         owner: &labels::Owner<'_>,
         name: &str,
         status: &mut Status,
-    ) -> Result<(ContainerInfo, Option<machine_bootstrap::Loaded>)> {
+    ) -> Result<(ContainerInfo, bool)> {
         let (dm, ctx) = (self.dm, self.ctx);
         let uid = dm.uid().unwrap_or_default();
         let began = machine_bootstrap::began(dm, ctx, node::created_for(&found));
@@ -333,16 +331,13 @@ impl Provisioning<'_, '_> {
             .get(crate::api::STOPPED_DURING_BOOTSTRAP)
             .map(String::as_str);
         Ok(match node::provisioning(found, began) {
-            node::Provisioning::Use(c) => (c, None),
+            node::Provisioning::Use(c) => (c, false),
             node::Provisioning::Conflict(why) => return Err(conflict(name, why)),
-            node::Provisioning::Create => {
-                let loaded = self.load_first(name, status).await?;
-                self.create_node(owner, name, loaded).await?
-            }
+            node::Provisioning::Create => self.create_node(owner, name).await?,
             node::Provisioning::Start(c) => {
                 info!(container = %name, "starting a node container that was created but never started");
                 ctx.runtime.start(name).await?;
-                (ctx.runtime.inspect(name).await?.unwrap_or(c), None)
+                (ctx.runtime.inspect(name).await?.unwrap_or(c), false)
             }
             // The first stop with these inputs gets one new container: an engine restart stops
             // a node mid-bootstrap too, and the container cannot tell the two apart. A second
@@ -391,39 +386,15 @@ impl Provisioning<'_, '_> {
         })
     }
 
-    /// Replace the container, once there is bootstrap data to run in the new one (until then
-    /// the old one stays, as it was).
     async fn recreate(
         &mut self,
         owner: &labels::Owner<'_>,
         name: &str,
         status: &mut Status,
-    ) -> Result<(ContainerInfo, Option<machine_bootstrap::Loaded>)> {
-        let loaded = self.load_first(name, status).await?;
+    ) -> Result<(ContainerInfo, bool)> {
         self.ctx.runtime.remove(name).await?;
         machine_bootstrap::reset(self.dm, self.patcher, self.ctx, status).await?;
-        self.create_node(owner, name, loaded).await
-    }
-
-    /// The machine's bootstrap data, read and checked before a container is made for it
-    /// ([`machine_bootstrap::load`]). Data that cannot be used blocks the container too, which
-    /// says so (the bootstrap conditions say why).
-    async fn load_first(
-        &self,
-        name: &str,
-        status: &mut Status,
-    ) -> Result<machine_bootstrap::Loaded> {
-        let loaded = machine_bootstrap::load(self.ctx, self.dm, self.secret_name).await;
-        if let Err(Error::Blocked(_)) = &loaded {
-            status.set(&Desired::false_(
-                types::CONTAINER_PROVISIONED,
-                reasons::WAITING_FOR_BOOTSTRAP_DATA,
-                format!(
-                    "Container {name} is created once its bootstrap can start: see the bootstrap conditions"
-                ),
-            ));
-        }
-        loaded
+        self.create_node(owner, name).await
     }
 
     /// Set `providerID` on the workload cluster's Node for this container, when the container is
@@ -493,16 +464,14 @@ impl Provisioning<'_, '_> {
         self.ctx.waits.next_delay(&key).max(NODE_RETRY)
     }
 
-    /// Create the node container for the bootstrap data `loaded`, labelled with the start of the
-    /// bootstrap this pass is about to run ([`labels::BOOTSTRAP_START`]); the data comes back
-    /// when this call created it. A missing image reference is blocked; a lost name race yields
-    /// the winner's container (without the data: its creator runs its bootstrap), if ours.
+    /// Create the node container, labelled with the start of the bootstrap this pass is about to
+    /// run ([`labels::BOOTSTRAP_START`]); `true` when this call created it. A missing image
+    /// reference is blocked; a lost name race yields the winner's container (`false`), if ours.
     async fn create_node(
         &self,
         owner: &labels::Owner<'_>,
         name: &str,
-        loaded: machine_bootstrap::Loaded,
-    ) -> Result<(ContainerInfo, Option<machine_bootstrap::Loaded>)> {
+    ) -> Result<(ContainerInfo, bool)> {
         let (b, dm, ctx) = (self.bound, self.dm, self.ctx);
         let version = b.machine.spec.version.as_deref().unwrap_or_default();
         // A spec we cannot act on waits for the user to change it (a change triggers at once).
@@ -557,11 +526,11 @@ impl Provisioning<'_, '_> {
             Ok(c) => {
                 let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 info!(container = %name, took_ms, "node container created and started");
-                Ok((c, Some(loaded)))
+                Ok((c, true))
             }
             // Lost a race for the name: use the container only if it is ours.
             Err(RuntimeError::Conflict(_)) => match ctx.runtime.inspect(name).await? {
-                Some(c) if labels::usable_by(&c.labels, owner) && c.is_alive() => Ok((c, None)),
+                Some(c) if labels::usable_by(&c.labels, owner) && c.is_alive() => Ok((c, false)),
                 // Ours but not running (its creator was killed between create and start): the
                 // next pass starts it (or recreates it) like any container it finds.
                 Some(c) if labels::usable_by(&c.labels, owner) => Err(Error::Missing(format!(
