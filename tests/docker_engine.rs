@@ -798,8 +798,8 @@ async fn a_network_removed_behind_the_adapters_back_is_made_again() {
             .await
             .expect_err("its network is gone");
         // Docker creates the container and fails its start (404); Podman refuses the create
-        // (with a 500, which the adapter can only read as the engine failing).
-        assert!(err.to_string().contains("not found"), "{err}");
+        // with a 500 that names the missing network. Either way: not found, not an engine down.
+        assert!(matches!(err, RuntimeError::NotFound(_)), "{err:?}");
 
         // The next attempt, as a reconcile makes it: the network first, then the container.
         ensure_test_network(&rt, &id).await;
