@@ -53,6 +53,10 @@ const POLL: Duration = Duration::from_secs(10);
 /// How often a terminal result is re-checked against the sentinel (an orphaned exec of a
 /// previous manager may still have succeeded).
 const TERMINAL_RECHECK: Duration = Duration::from_secs(300);
+/// How long the status of a machine whose bootstrap just started may wait for that bootstrap's
+/// end before it says "Bootstrapping" (see [`crate::controllers::kit::report::Report::hold`]).
+/// Long enough for a light node's bootstrap on a busy host, short beside a real node's.
+const FIRST_WORD: Duration = Duration::from_secs(3);
 
 pub enum Outcome {
     /// Bootstrap succeeded; provisioning may finish.
@@ -328,6 +332,9 @@ pub async fn reconcile(
         reasons::BOOTSTRAPPING,
         format!("Started {total} bootstrap steps"),
     ));
+    // A short bootstrap (a light node's, or one whose node was bootstrapped already) ends
+    // before the status saying it started would be read by anyone: its end is the one write.
+    status.hold(FIRST_WORD);
     Ok(Outcome::Wait(Action::requeue(POLL)))
 }
 
