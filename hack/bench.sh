@@ -84,6 +84,9 @@ OWN_BIN="$REPO_ROOT/.tiltbuild/bin/manager"
 log "building the bench (release)"
 (cd "$REPO_ROOT" && cargo build --release -p xtask >&2)
 
+# Each manager's API requests are counted at the API server, from its audit log.
+AUDIT_LOG=$("$HACK_DIR/plane.sh" audit-log)
+
 mkdir -p "$OUT_DIR" "$TARGET_DIR"
 LIGHT=() DROP=()
 [[ ${BENCH_DROP_CACHES:-1} == 1 ]] && DROP=(--drop-caches)
@@ -112,6 +115,7 @@ MEMORY=()
   "${NODES[@]}" \
   "${MEMORY[@]}" \
   --after-crd-swap "$HACK_DIR/capi.sh restart" \
+  --audit-log "$AUDIT_LOG" \
   --json "$OUT_DIR/bench.json" \
   --png "$OUT_DIR/bench.png" \
   --markdown "$TARGET_DIR/bench.md"

@@ -10,6 +10,8 @@
 #   hack/plane.sh restart-apiserver [TERM|KILL]   signal kube-apiserver (or etcd:
 #   hack/plane.sh restart-etcd [TERM|KILL]        restart-etcd), start a new one once it has
 #                          exited, return when the API server is ready (fault tests)
+#   hack/plane.sh audit-log  print the API server's audit log path, restarting an API server
+#                          started without one (the bench counts its managers' requests there)
 # State lives in $PLANE_DIR (default ~/.cache/capd-rs/plane): pki/, etcd data, pid files, logs,
 # kubeconfig. The CAPI managers are started separately by hack/capi.sh.
 # PLANE_PROFILING=true: the API server serves /debug/pprof (to the admin kubeconfig), from its
@@ -23,6 +25,8 @@ APISERVER_PID="$PLANE_DIR/kube-apiserver.pid"
 APISERVER_LOG="$PLANE_DIR/kube-apiserver.log"
 KCM_PID="$PLANE_DIR/kube-controller-manager.pid"
 KCM_LOG="$PLANE_DIR/kube-controller-manager.log"
+AUDIT_POLICY="$PLANE_DIR/audit-policy.yaml"
+AUDIT_LOG="$PLANE_DIR/audit.log"
 CRD_STAMP="$PLANE_DIR/crds.sha256"
 APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
 
@@ -133,6 +137,17 @@ start_apiserver() {
   adv=$(ip -4 -o addr show dev docker0 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}') || adv=""
   log "starting kube-apiserver v$K8S_VERSION on 127.0.0.1:$APISERVER_PORT${adv:+ (advertising $adv)}"
   mkdir -p "$PLANE_DIR/apiserver"
+  # An event per request of the bench's managers (each a ServiceAccount of namespace
+  # capd-rs-bench), once it is answered, and nothing for anyone else: the tests pay nothing.
+  cat >"$AUDIT_POLICY" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: Metadata
+  userGroups: ["system:serviceaccounts:capd-rs-bench"]
+- level: None
+EOF
   # Flags as envtest's, with our certs: client-cert auth (admin = O=system:masters), RBAC, and
   # no ServiceAccount admission (no controller would ever create the default SA). Plus
   # OwnerReferencesPermissionEnforcement, as upstream's e2e kind clusters run: setting
@@ -151,6 +166,8 @@ start_apiserver() {
     --disable-admission-plugins=ServiceAccount \
     --enable-admission-plugins=OwnerReferencesPermissionEnforcement \
     --allow-privileged=true \
+    --audit-policy-file="$AUDIT_POLICY" --audit-log-path="$AUDIT_LOG" --audit-log-format=json \
+    --audit-log-maxsize=500 --audit-log-maxbackup=1 \
     --profiling="${PLANE_PROFILING:-false}"
   wait_for 180 "kube-apiserver /readyz (see $APISERVER_LOG)" apiserver_ready
 }
@@ -368,6 +385,18 @@ restart() {
   wait_for 180 "kube-apiserver /readyz (see $APISERVER_LOG)" apiserver_ready
 }
 
+# The audit log's path, once the running API server writes it (one started by an older version of
+# this script does not: it is restarted).
+audit_log() {
+  local pid
+  pid=$(proc_pid "$APISERVER_PID") || die "kube-apiserver is not running (hack/plane.sh up)"
+  if ! tr '\0' '\n' <"/proc/$pid/cmdline" | grep -qx -- "--audit-log-path=$AUDIT_LOG"; then
+    log "kube-apiserver (pid $pid) writes no audit log; restarting it with one"
+    restart apiserver TERM >&2
+  fi
+  echo "$AUDIT_LOG"
+}
+
 env_cmd() {
   local path="$K8S_BIN_DIR:$ETCD_BIN_DIR"
   [[ -d $CAPI_BIN_DIR ]] && path="$path:$CAPI_BIN_DIR"
@@ -382,8 +411,9 @@ case ${1:-} in
   up) lock; up ;;
   restart-apiserver) lock; restart apiserver "${2:-TERM}" ;;
   restart-etcd) lock; restart etcd "${2:-TERM}" ;;
+  audit-log) lock; audit_log ;;
   down) lock; down ;;
   status) status ;;
   env) env_cmd ;;
-  *) echo "usage: $0 up|down|status|env|restart-apiserver [TERM|KILL]|restart-etcd [TERM|KILL]" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|env|restart-apiserver [TERM|KILL]|restart-etcd [TERM|KILL]|audit-log" >&2; exit 2 ;;
 esac

@@ -131,6 +131,10 @@ struct BenchArgs {
     /// Shell command run after each swap of the Docker* CRDs (CAPI's caches).
     #[arg(long)]
     after_crd_swap: Option<String>,
+    /// The plane's audit log (`hack/plane.sh audit-log`): each manager runs as a ServiceAccount
+    /// of its own and its requests are counted there too.
+    #[arg(long)]
+    audit_log: Option<PathBuf>,
     /// Any of capd-rs, upstream, floor.
     #[arg(long, value_delimiter = ',', default_value = "floor,capd-rs,upstream")]
     subjects: Vec<String>,
@@ -297,6 +301,7 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 in_memory,
                 in_memory_version: a.in_memory_version,
                 after_crd_swap: a.after_crd_swap,
+                audit_log: a.audit_log,
             };
             let report = tokio::runtime::Runtime::new()?
                 .block_on(xtask::bench::run(cfg))

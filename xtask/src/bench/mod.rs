@@ -4,12 +4,14 @@
 //! For each N, the subjects run one after another (floor, capd-rs, upstream), so that a drift
 //! of the machine during the run touches all three alike; with several rounds, each round
 //! rotates that order, so that every subject also runs after each of the others (what a phase
-//! leaves behind, a hundred volumes being removed, say, is paid for by the next one). Both managers run as processes with
-//! the plane's admin kubeconfig and reach the engine through one counting relay
-//! (`docker_count`); each provider runs with its own CRDs (`crds`), swapped between phases.
+//! leaves behind, a hundred volumes being removed, say, is paid for by the next one). Both managers
+//! run as processes, each as a ServiceAccount of its own whose requests the API server's audit
+//! log counts (`audit`), and reach the engine through one counting relay (`docker_count`); each
+//! provider runs with its own CRDs (`crds`), swapped between phases.
 //! A machine counts as provisioned when its provider reports the bootstrap done (both:
 //! `BootstrapCompleted`, upstream v1.14's condition); the bench then checks in every container
 //! that the bootstrap really ran.
+pub mod audit;
 pub mod crds;
 pub mod docker_count;
 pub mod floor;
@@ -20,6 +22,7 @@ pub mod objects;
 pub mod process;
 pub mod removals;
 pub mod report;
+pub mod timeline;
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -28,6 +31,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use chrono::{DateTime, Utc};
 use bollard::{
     Docker,
     exec::{CreateExecOptions, StartExecResults},
@@ -46,6 +50,18 @@ use process::{Manager, Usage};
 use report::{CAPD_RS, FLOOR, NODES, Run, UPSTREAM};
 
 use in_memory::Shape;
+use timeline::MachineTimes;
+
+/// The light bootstrap's first file and its sentinel: both there means it ran; their
+/// modification times are when it began and ended (see [`timeline`]).
+const HELLO: &str = "/etc/capd-bench/hello.txt";
+const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
+
+/// A time `stat -c %.9Y` printed: seconds since the epoch, with nanoseconds.
+fn epoch(line: &str) -> Option<DateTime<Utc>> {
+    let (secs, nanos) = line.trim().split_once('.')?;
+    DateTime::from_timestamp(secs.parse().ok()?, nanos.parse().ok()?)
+}
 
 /// Every container and network the bench (or capd-rs for it) creates carries this label, with
 /// the run's id as the value.
@@ -93,6 +109,10 @@ pub struct Config {
     /// managers: KCP's cache kept answering "DockerMachineTemplate not found" for 56 s after a
     /// swap, and held capd-rs's real-node phase back by as much.
     pub after_crd_swap: Option<String>,
+    /// The plane's audit log (see [`audit`]): with it each manager runs as a ServiceAccount of
+    /// its own and its requests are counted there; without it, as the admin, counted by the
+    /// manager's own metrics alone.
+    pub audit_log: Option<PathBuf>,
 }
 
 /// What one phase provisions.
@@ -113,6 +133,7 @@ enum Installed {
 struct Bench {
     cfg: Config,
     client: Client,
+    admin: kube::config::Kubeconfig,
     docker: Docker,
     counter: DockerCounter,
     own: Vec<CustomResourceDefinition>,
@@ -123,9 +144,9 @@ struct Bench {
 
 pub async fn run(cfg: Config) -> Result<report::Report> {
     let interrupt = Interrupt::listen()?;
-    let kubeconfig = kube::config::Kubeconfig::read_from(&cfg.kubeconfig)?;
+    let admin = kube::config::Kubeconfig::read_from(&cfg.kubeconfig)?;
     let client = Client::try_from(
-        kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,
+        kube::Config::from_custom_kubeconfig(admin.clone(), &Default::default()).await?,
     )?;
     let docker = Docker::connect_with_unix(
         &cfg.engine_socket.to_string_lossy(),
@@ -147,6 +168,7 @@ pub async fn run(cfg: Config) -> Result<report::Report> {
     let mut bench = Bench {
         cfg,
         client,
+        admin,
         docker,
         counter,
         own,
@@ -271,9 +293,30 @@ impl Bench {
                 })
                 .await?;
                 let in_memory = matches!(load, Load::InMemory(..));
-                let manager = self.start_manager(subject, &id, in_memory).await?;
+                let identity = match &self.cfg.audit_log {
+                    Some(_) => Some(
+                        audit::Identity::create(&self.client, &self.admin, &id, &self.cfg.work_dir)
+                            .await?,
+                    ),
+                    None => None,
+                };
+                let manager = match self
+                    .start_manager(subject, &id, in_memory, identity.as_ref())
+                    .await
+                {
+                    Ok(m) => m,
+                    Err(e) => {
+                        if let Some(i) = &identity {
+                            i.delete(&self.client).await;
+                        }
+                        return Err(e);
+                    }
+                };
                 if let Err(e) = self.ensure_network(subject, &id).await {
                     manager.stop().await;
+                    if let Some(i) = &identity {
+                        i.delete(&self.client).await;
+                    }
                     return Err(e);
                 }
                 let workload = Workload::new(self.client.clone(), &id, &self.cfg.image);
@@ -303,6 +346,9 @@ impl Bench {
                 // With the manager still running, so that it honours its finalizers.
                 workload.teardown().await;
                 manager.stop().await;
+                if let Some(i) = &identity {
+                    i.delete(&self.client).await;
+                }
                 self.remove_containers(subject, &id).await;
                 self.remove_networks(&id).await;
                 result
@@ -328,6 +374,7 @@ impl Bench {
         let cpu_before = process::host_cpu();
         let condition = "BootstrapCompleted";
         let api = w.docker_machines();
+        let t0 = Utc::now();
         let (times, created) = tokio::join!(
             objects::wait_all(&api, n, timeout, |o| objects::condition_true(o, condition)),
             w.create_docker_machines(&uids)
@@ -340,7 +387,9 @@ impl Bench {
         tokio::time::sleep(self.cfg.idle).await;
         let idle = self.reading(manager).await?;
         let names: Vec<String> = (0..n).map(|i| w.machine_name(i)).collect();
-        self.check_bootstrapped(subject, &w.cluster, &names).await?;
+        let timeline = self
+            .check_bootstrapped(subject, &w.cluster, &names, t0, &times)
+            .await?;
 
         let del_before = self.counter.snapshot();
         let start = Instant::now();
@@ -360,10 +409,12 @@ impl Bench {
             )),
             delete_docker_calls: docker_count::total(&docker_count::delta(&del_before, &del_after)),
             host_cpu_s,
+            timeline,
             ..Run::timed(subject, n, &times)
         };
         let idle = Some((&idle, self.cfg.idle));
-        Ok(with_manager(timed, &before, &after, idle, &end))
+        let audit = self.audited(manager, &before, &after, idle.map(|(i, _)| i));
+        Ok(with_manager(timed, &before, &after, idle, &end, audit))
     }
 
     /// The real-node phase on a running manager: apply, all Nodes Ready, delete the Cluster.
@@ -407,7 +458,8 @@ impl Bench {
             host_cpu_s,
             ..timed
         };
-        Ok(with_manager(run, &before, &after, None, &end))
+        let audit = self.audited(manager, &before, &after, None);
+        Ok(with_manager(run, &before, &after, None, &end, audit))
     }
 
     /// The in-memory phase on a running manager: apply, all Machines Running, idle, delete the
@@ -450,12 +502,14 @@ impl Bench {
             host_cpu_s,
             ..Run::timed(subject, n, &times)
         };
+        let audit = self.audited(manager, &before, &after, Some(&idle));
         Ok(with_manager(
             run,
             &before,
             &after,
             Some((&idle, self.cfg.idle)),
             &end,
+            audit,
         ))
     }
 
@@ -472,11 +526,14 @@ impl Bench {
         let before = self.counter.snapshot();
         let phase = async {
             let cpu_before = process::host_cpu();
+            let t0 = Utc::now();
             let times = floor.provision(id, n).await?;
             let host_cpu_s = cpu_delta(&cpu_before, &process::host_cpu());
             let after = self.counter.snapshot();
             let names: Vec<String> = (0..n).map(|i| format!("{id}-{i}")).collect();
-            self.check_bootstrapped(FLOOR, id, &names).await?;
+            let timeline = self
+                .check_bootstrapped(FLOOR, id, &names, t0, &times)
+                .await?;
             let delete_s = floor.remove(id, n, floor::REMOVALS).await?.as_secs_f64();
             let end = self.counter.snapshot();
             Ok(Run {
@@ -484,6 +541,7 @@ impl Bench {
                 docker_calls: docker_count::delta(&before, &after),
                 delete_docker_calls: docker_count::total(&docker_count::delta(&after, &end)),
                 host_cpu_s,
+                timeline,
                 ..Run::timed(FLOOR, n, &times)
             })
         };
@@ -496,9 +554,41 @@ impl Bench {
         result
     }
 
+    /// The manager's requests as the API server's audit log has them, in the provisioning window
+    /// (`before` to `after`) and the idle one (`after` to `idle`). Read once the phase is over:
+    /// the server writes a request's event before it answers it. `None` without an audit log
+    /// (or when it cannot be read: said, and the manager's own count stands alone).
+    fn audited(
+        &self,
+        manager: &Manager,
+        before: &Reading,
+        after: &Reading,
+        idle: Option<&Reading>,
+    ) -> Option<Audited> {
+        let (log, user) = (self.cfg.audit_log.as_ref()?, manager.username.as_ref()?);
+        let mut windows = vec![(before.at, after.at)];
+        if let Some(i) = idle {
+            windows.push((after.at, i.at));
+        }
+        match audit::count(log, user, &windows) {
+            Ok(mut counts) => {
+                let idle = (counts.len() > 1).then(|| counts.remove(1));
+                Some(Audited {
+                    provision: counts.remove(0),
+                    idle,
+                })
+            }
+            Err(e) => {
+                say(&format!("WARNING: no audit count for {user}: {e:#}"));
+                None
+            }
+        }
+    }
+
     async fn reading(&self, manager: &Manager) -> Result<Reading> {
         let counters = manager.counters().await?;
         Ok(Reading {
+            at: chrono::Utc::now(),
             usage: manager.usage(),
             api_total: counters.requests.values().sum(),
             api_by: counters.own_requests,
@@ -534,9 +624,16 @@ impl Bench {
 
     /// `in_memory`: capd-rs serves the in-memory backend (upstream always does); both listen
     /// for the workload clusters on 127.0.0.1.
-    async fn start_manager(&self, subject: &str, id: &str, in_memory: bool) -> Result<Manager> {
+    async fn start_manager(
+        &self,
+        subject: &str,
+        id: &str,
+        in_memory: bool,
+        identity: Option<&audit::Identity>,
+    ) -> Result<Manager> {
         let port = process::free_port()?;
-        let kubeconfig = format!("--kubeconfig={}", self.cfg.kubeconfig.display());
+        let path = identity.map_or(&self.cfg.kubeconfig, |i| &i.kubeconfig);
+        let kubeconfig = format!("--kubeconfig={}", path.display());
         let log = self.cfg.work_dir.join(format!("{id}.log"));
         let env = [
             ("DOCKER_HOST", self.counter.docker_host()),
@@ -563,6 +660,7 @@ impl Bench {
                 format!("http://127.0.0.1:{metrics}/metrics"),
             )
             .await
+            .map(|m| m.as_user(identity))
         } else {
             // As upstream above: /metrics plain on its own port (the bench reads it, no auth).
             let metrics = process::free_port()?;
@@ -588,6 +686,7 @@ impl Bench {
                 format!("http://127.0.0.1:{metrics}/metrics"),
             )
             .await
+            .map(|m| m.as_user(identity))
         }
     }
 
@@ -652,15 +751,21 @@ impl Bench {
         subject: &str,
         cluster: &str,
         machines: &[String],
-    ) -> Result<()> {
+        t0: DateTime<Utc>,
+        reported: &BTreeMap<String, Duration>,
+    ) -> Result<Vec<MachineTimes>> {
         let containers = self.containers(subject, cluster).await?;
+        let container_of = |m: &String| {
+            containers
+                .iter()
+                .find(|c| {
+                    *c == m || c.ends_with(&format!("-{m}")) || **c == format!("{cluster}-{m}")
+                })
+                .cloned()
+        };
         let missing: Vec<&String> = machines
             .iter()
-            .filter(|m| {
-                !containers.iter().any(|c| {
-                    c == *m || c.ends_with(&format!("-{m}")) || c == &format!("{cluster}-{m}")
-                })
-            })
+            .filter(|m| container_of(m).is_none())
             .collect();
         if !missing.is_empty() {
             bail!(
@@ -669,15 +774,43 @@ impl Bench {
                 missing[0]
             );
         }
-        let failed: Vec<String> = stream::iter(containers.iter().filter(|c| !c.ends_with("-lb")))
-            .map(|c| async move {
-                let ok = self.exec_ok(c, "test -s /etc/capd-bench/hello.txt && test -f /run/cluster-api/bootstrap-success.complete").await;
-                (!ok).then(|| c.clone())
+        let since = |t: DateTime<Utc>| (t - t0).as_seconds_f64();
+        let looked: Vec<(String, Option<MachineTimes>)> = stream::iter(machines)
+            .map(|m| {
+                let c = container_of(m).unwrap_or_default();
+                async move {
+                    // The bootstrap's first file and its sentinel, and when each was written.
+                    let out = self
+                        .exec_out(&c, &format!("test -s {HELLO} && test -f {SENTINEL} && stat -c %.9Y {HELLO} {SENTINEL}"))
+                        .await;
+                    let started = self
+                        .docker
+                        .inspect_container(&c, None)
+                        .await
+                        .ok()
+                        .and_then(|i| i.state?.started_at)
+                        .and_then(|t| t.parse::<DateTime<Utc>>().ok());
+                    let times = out.zip(started).and_then(|(out, started)| {
+                        let mut at = out.lines().filter_map(epoch);
+                        Some(MachineTimes {
+                            machine: m.clone(),
+                            container_started_s: since(started),
+                            bootstrap_began_s: since(at.next()?),
+                            bootstrap_ended_s: since(at.next()?),
+                            reported_s: reported.get(m)?.as_secs_f64(),
+                        })
+                    });
+                    (c, times)
+                }
             })
             .buffer_unordered(8)
-            .filter_map(|x| async move { x })
             .collect()
             .await;
+        let failed: Vec<&String> = looked
+            .iter()
+            .filter(|(_, t)| t.is_none())
+            .map(|(c, _)| c)
+            .collect();
         if !failed.is_empty() {
             bail!(
                 "{subject}: bootstrap not done in {} container(s), e.g. {}",
@@ -685,11 +818,12 @@ impl Bench {
                 failed[0]
             );
         }
-        Ok(())
+        Ok(looked.into_iter().filter_map(|(_, t)| t).collect())
     }
 
-    async fn exec_ok(&self, container: &str, script: &str) -> bool {
-        let Ok(exec) = self
+    /// What `script` printed in `container`, if it ran there and exited 0.
+    async fn exec_out(&self, container: &str, script: &str) -> Option<String> {
+        let exec = self
             .docker
             .create_exec(
                 container,
@@ -700,15 +834,17 @@ impl Bench {
                 },
             )
             .await
-        else {
-            return false;
-        };
+            .ok()?;
+        let mut out = String::new();
         if let Ok(StartExecResults::Attached { mut output, .. }) =
             self.docker.start_exec(&exec.id, None).await
         {
-            while output.next().await.is_some() {}
+            while let Some(Ok(chunk)) = output.next().await {
+                out.push_str(&String::from_utf8_lossy(&chunk.into_bytes()));
+            }
         }
-        matches!(self.docker.inspect_exec(&exec.id).await, Ok(i) if i.exit_code == Some(0))
+        let done = self.docker.inspect_exec(&exec.id).await.ok()?;
+        (done.exit_code == Some(0)).then_some(out)
     }
 
     /// Names of the run's containers.
@@ -793,12 +929,19 @@ fn cpu_delta(
 }
 
 struct Reading {
+    at: chrono::DateTime<chrono::Utc>,
     usage: Usage,
     api_total: u64,
     /// capd-rs's requests by verb and resource (empty for upstream).
     api_by: BTreeMap<String, u64>,
     errors_total: u64,
     docker: BTreeMap<String, u64>,
+}
+
+/// A manager's requests by verb and resource, counted at the API server (see [`audit`]).
+struct Audited {
+    provision: BTreeMap<String, u64>,
+    idle: Option<BTreeMap<String, u64>>,
 }
 
 /// `run` with its manager's figures: CPU and API requests while provisioning (`before` to
@@ -810,8 +953,16 @@ fn with_manager(
     after: &Reading,
     idle: Option<(&Reading, Duration)>,
     end: &Usage,
+    audit: Option<Audited>,
 ) -> Run {
+    let (audit_requests_by, idle_audit_requests) = match audit {
+        Some(a) => (a.provision, a.idle.map(|i| i.values().sum())),
+        None => (BTreeMap::new(), None),
+    };
     Run {
+        audit_requests: (!audit_requests_by.is_empty()).then(|| audit_requests_by.values().sum()),
+        audit_requests_by,
+        idle_audit_requests,
         peak_rss_mib: Some(end.peak_rss_mib),
         provision_cpu_s: Some(after.usage.cpu_s - before.usage.cpu_s),
         total_cpu_s: Some(end.cpu_s),

@@ -11,6 +11,8 @@ use std::{
 use anyhow::{Context, Result, bail};
 use tokio::process::{Child, Command};
 
+use super::docker_count::RELAY_THREAD;
+
 /// A counter on `/metrics` and the labels its samples are summed by (their values, joined by a
 /// space, name a sum).
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +55,8 @@ pub struct Manager {
     pub pid: u32,
     metrics_url: String,
     pub log: PathBuf,
+    /// Who it is at the API server, when it runs as a ServiceAccount of its own.
+    pub username: Option<String>,
 }
 
 impl Manager {
@@ -103,7 +107,16 @@ impl Manager {
             pid,
             metrics_url,
             log,
+            username: None,
         })
+    }
+
+    /// The manager, known to run as `identity`.
+    pub fn as_user(self, identity: Option<&super::audit::Identity>) -> Self {
+        Self {
+            username: identity.map(|i| i.username.clone()),
+            ..self
+        }
     }
 
     pub fn alive(&mut self) -> bool {
@@ -188,8 +201,9 @@ pub const HOST_COMMANDS: [&str; 10] = [
     "manager",
 ];
 
-/// CPU seconds used so far by the processes named in [`HOST_COMMANDS`], summed by name;
-/// children that exited and were reaped (runc, exec'd commands) count in their parent's.
+/// CPU seconds used so far by the processes named in [`HOST_COMMANDS`], summed by name
+/// (children that exited and were reaped, runc and exec'd commands, count in their parent's),
+/// and by the counting relay's thread ([`RELAY_THREAD`]).
 pub fn host_cpu() -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -209,6 +223,19 @@ pub fn host_cpu() -> BTreeMap<String, f64> {
         };
         if HOST_COMMANDS.contains(&name) {
             *out.entry(name.to_string()).or_default() += ticks as f64 / CLOCK_TICKS;
+        }
+    }
+    // The counting relay is a thread of this process: its own times, not the process's.
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+                continue;
+            };
+            // utime + stime alone: a thread's cutime and cstime are its whole process's.
+            if let Some((RELAY_THREAD, [user, system, ..])) = stat_times(&stat) {
+                *out.entry(RELAY_THREAD.to_string()).or_default() +=
+                    (user + system) as f64 / CLOCK_TICKS;
+            }
         }
     }
     out

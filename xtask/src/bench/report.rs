@@ -66,6 +66,15 @@ pub struct Run {
     /// from capd-rs's own counter: what each is for. Empty for upstream (no such counter).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub api_requests_by: BTreeMap<String, u64>,
+    /// The provisioning window's requests (no watches) as the API server's audit log has them,
+    /// by verb and resource: one instrument for every subject (see `audit`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub audit_requests_by: BTreeMap<String, u64>,
+    /// Their sum, and the idle window's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_requests: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_audit_requests: Option<u64>,
     /// Failed reconciles (controller-runtime's counter, which both managers export) from
     /// creating the DockerMachines to all bootstrapped: work a subject repeats, beside its time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,6 +90,9 @@ pub struct Run {
     /// DockerMachines to all bootstrapped, by command: where the two cores went.
     #[serde(default)]
     pub host_cpu_s: BTreeMap<String, f64>,
+    /// Light loads: each machine's container start, bootstrap and report (see `timeline`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<super::timeline::MachineTimes>,
 }
 
 impl Run {
@@ -108,6 +120,24 @@ impl Run {
     }
     pub fn per_machine(&self, count: u64) -> f64 {
         count as f64 / self.n.max(1) as f64
+    }
+
+    /// API requests while provisioning: as the API server counted them when the run has that
+    /// count (one instrument for every subject), else as the manager counted its own.
+    pub fn requests(&self) -> Option<u64> {
+        self.audit_requests.or(self.api_requests)
+    }
+
+    /// The same by verb and resource, and which instrument counted them.
+    pub fn requests_by(&self) -> (&BTreeMap<String, u64>, &'static str) {
+        if self.audit_requests_by.is_empty() {
+            (&self.api_requests_by, "the manager's own counter")
+        } else {
+            (
+                &self.audit_requests_by,
+                "the API server's audit log, no watches",
+            )
+        }
     }
 }
 
@@ -348,7 +378,7 @@ impl Report {
             .filter_map(|n| self.run(CAPD_RS, n))
             .collect();
         if let (Some(lo), Some(hi)) = (ours.first(), ours.last())
-            && let (Some(a), Some(b)) = (hi.api_requests, lo.api_requests)
+            && let (Some(a), Some(b)) = (hi.requests(), lo.requests())
         {
             out.push(ratio(
                 format!("API requests per machine, N={} vs N={}", hi.n, lo.n),
@@ -421,7 +451,7 @@ impl Report {
             }
             if let (Some(lo), Some(hi)) = (ours.first(), ours.last())
                 && hi.n > lo.n
-                && let (Some(a), Some(b)) = (hi.api_requests, lo.api_requests)
+                && let (Some(a), Some(b)) = (hi.requests(), lo.requests())
             {
                 out.push(ratio(
                     format!(
@@ -437,28 +467,77 @@ impl Report {
         out
     }
 
-    /// What capd-rs's API requests while provisioning were, per machine, at the largest light N:
-    /// the most frequent first.
+    /// What each manager's API requests while provisioning were, per machine, at the largest
+    /// light N: the most frequent first.
     fn requests_by_markdown(&self) -> String {
-        let Some(r) = self
-            .ns()
-            .last()
-            .and_then(|&n| self.run(CAPD_RS, n))
-            .filter(|r| !r.api_requests_by.is_empty())
-        else {
+        let Some(&n) = self.ns().last() else {
             return String::new();
         };
-        let mut by: Vec<(&String, &u64)> = r.api_requests_by.iter().collect();
-        by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let parts: Vec<String> = by
-            .iter()
-            .map(|(what, count)| format!("{what} {:.2}", r.per_machine(**count)))
-            .collect();
-        format!(
-            "\ncapd-rs's API requests per machine while N={} were provisioned, by verb and resource: {}.\n",
-            r.n,
-            parts.join(", ")
-        )
+        let mut out = String::new();
+        for subject in [CAPD_RS, UPSTREAM] {
+            let Some(r) = self.run(subject, n) else {
+                continue;
+            };
+            let (by, counted_by) = r.requests_by();
+            if by.is_empty() {
+                continue;
+            }
+            let mut by: Vec<(&String, &u64)> = by.iter().collect();
+            by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let parts: Vec<String> = by
+                .iter()
+                .map(|(what, count)| format!("{what} {:.2}", r.per_machine(**count)))
+                .collect();
+            out.push_str(&format!(
+                "\n{subject}'s API requests per machine while N={n} were provisioned ({counted_by}), by verb and resource: {}.\n",
+                parts.join(", ")
+            ));
+        }
+        out
+    }
+
+    /// The light runs at the largest N that have a timeline (each subject's median round).
+    fn timelines(&self) -> Vec<&Run> {
+        let Some(&n) = self.ns().last() else {
+            return Vec::new();
+        };
+        [FLOOR, CAPD_RS, UPSTREAM]
+            .into_iter()
+            .filter_map(|subject| self.run(subject, n))
+            .filter(|r| !r.timeline.is_empty())
+            .collect()
+    }
+
+    /// Where the machines' time went at the largest N: each phase's median, and the phases of
+    /// the last machine reported.
+    fn timeline_markdown(&self) -> String {
+        let runs = self.timelines();
+        let Some(first) = runs.first() else {
+            return String::new();
+        };
+        let mut s = format!(
+            "\nWhere each machine's time went at N={} (seconds; from the first create to its container started, its bootstrap began, the bootstrap ran, the provider reported it), the median of each phase and the last machine's:\n\n\
+             | subject | {} | last machine |\n|---|---:|---:|---:|---:|---|\n",
+            first.n,
+            super::timeline::PHASES.join(" | ")
+        );
+        for r in runs {
+            let med = super::timeline::median_phases(&r.timeline);
+            let last = r
+                .timeline
+                .iter()
+                .max_by(|a, b| a.reported_s.total_cmp(&b.reported_s))
+                .map(|m| {
+                    let p = m.phases();
+                    format!("{:.1} / {:.1} / {:.1} / {:.1}", p[0], p[1], p[2], p[3])
+                })
+                .unwrap_or_default();
+            s.push_str(&format!(
+                "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {last} |\n",
+                r.subject, med[0], med[1], med[2], med[3]
+            ));
+        }
+        s
     }
 
     /// The in-memory table: one row per shape, N and subject.
@@ -478,7 +557,7 @@ impl Report {
                         r.delete_s,
                         opt(r.provision_cpu_s.map(|c| 1000.0 * c / r.n as f64), 1),
                         opt(r.peak_rss_mib.map(|m| 1024.0 * m / r.n as f64), 1),
-                        opt(r.api_requests.map(|a| r.per_machine(a)), 1),
+                        opt(r.requests().map(|a| r.per_machine(a)), 1),
                         cpu("kube-apiserver"),
                         cpu("etcd"),
                     ));
@@ -523,7 +602,7 @@ impl Report {
                     opt(r.provision_cpu_s, 2),
                     opt(r.total_cpu_s, 2),
                     opt(r.idle_cpu_pct, 2),
-                    opt(r.api_requests.map(|a| r.per_machine(a)), 1),
+                    opt(r.requests().map(|a| r.per_machine(a)), 1),
                     r.per_machine(r.docker_calls_total()),
                 ));
             }
@@ -561,6 +640,7 @@ impl Report {
             }
         }
         s.push_str(&self.requests_by_markdown());
+        s.push_str(&self.timeline_markdown());
         s.push_str(&self.paired_markdown());
         s.push_str(&self.rss_markdown());
         s.push_str(&self.errors_markdown());
@@ -594,7 +674,7 @@ impl Report {
                     opt(r.peak_rss_mib, 1),
                     opt(r.provision_cpu_s, 2),
                     opt(r.total_cpu_s, 2),
-                    r.api_requests.map_or("–".into(), |a| a.to_string()),
+                    r.requests().map_or("–".into(), |a| a.to_string()),
                     r.docker_calls_total(),
                 ));
             }
@@ -812,8 +892,26 @@ impl Report {
             .label_font(("sans-serif", 16))
             .draw()?;
         root.present()?;
+        let runs = self.timelines();
+        if let Some(first) = runs.first() {
+            let panels: Vec<(&str, &[super::timeline::MachineTimes])> = runs
+                .iter()
+                .map(|r| (r.subject.as_str(), r.timeline.as_slice()))
+                .collect();
+            super::timeline::plot(
+                &timeline_png(png),
+                &format!("Each machine's time at N={}", first.n),
+                &panels,
+            )?;
+        }
         Ok(())
     }
+}
+
+/// Where the timeline plot of the bench plot `png` goes: beside it, `<name>-timeline.png`.
+pub fn timeline_png(png: &Path) -> std::path::PathBuf {
+    let stem = png.file_stem().map_or("bench".into(), |s| s.to_string_lossy());
+    png.with_file_name(format!("{stem}-timeline.png"))
 }
 
 #[cfg(test)]
@@ -853,7 +951,7 @@ mod tests {
     }
 
     #[test]
-    fn capd_rs_requests_are_broken_down_per_machine_at_the_largest_n() {
+    fn each_managers_requests_are_broken_down_per_machine_at_the_largest_n() {
         let by = |pairs: &[(&str, u64)]| {
             pairs
                 .iter()
@@ -873,14 +971,29 @@ mod tests {
                     ]),
                     ..run(CAPD_RS, 100, 1.0, None, Some(300))
                 },
-                run(UPSTREAM, 100, 1.0, None, Some(900)),
+                Run {
+                    audit_requests_by: by(&[("get secrets", 100), ("patch dockermachines", 150)]),
+                    audit_requests: Some(250),
+                    ..run(UPSTREAM, 100, 1.0, None, Some(900))
+                },
             ],
             ..Default::default()
         };
         let md = report.markdown();
         assert!(
-            md.contains("N=100 were provisioned, by verb and resource: patch dockermachines/status 2.00, get secrets 1.00."),
+            md.contains("capd-rs's API requests per machine while N=100 were provisioned (the manager's own counter), by verb and resource: patch dockermachines/status 2.00, get secrets 1.00."),
             "{md}"
+        );
+        assert!(
+            md.contains("upstream's API requests per machine while N=100 were provisioned (the API server's audit log, no watches), by verb and resource: patch dockermachines 1.50, get secrets 1.00."),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 100 | upstream |")
+                && md
+                    .lines()
+                    .any(|l| l.starts_with("| 100 | upstream |") && l.contains("| 2.5 |")),
+            "the audit count, where there is one, is the table's: {md}"
         );
         let none = Report {
             runs: vec![run(CAPD_RS, 10, 1.0, None, Some(10))],
@@ -889,6 +1002,39 @@ mod tests {
         assert!(
             !none.markdown().contains("by verb and resource"),
             "nothing to break down"
+        );
+    }
+
+    #[test]
+    fn the_timeline_table_gives_each_phases_median_and_the_last_machine() {
+        use super::super::timeline::MachineTimes;
+        let t = |name: &str, started, began, ended, reported| MachineTimes {
+            machine: name.into(),
+            container_started_s: started,
+            bootstrap_began_s: began,
+            bootstrap_ended_s: ended,
+            reported_s: reported,
+        };
+        let report = Report {
+            runs: vec![
+                Run {
+                    timeline: vec![t("a", 1.0, 1.5, 2.0, 2.5), t("b", 2.0, 3.0, 4.0, 6.0)],
+                    ..run(CAPD_RS, 2, 6.0, None, None)
+                },
+                run(UPSTREAM, 2, 9.0, None, None),
+            ],
+            ..Default::default()
+        };
+        let md = report.markdown();
+        assert!(md.contains("Where each machine's time went at N=2"), "{md}");
+        assert!(
+            md.contains("| capd-rs | 1.00 | 0.50 | 0.50 | 0.50 | 2.0 / 1.0 / 1.0 / 2.0 |"),
+            "{md}"
+        );
+        assert!(!md.contains("| upstream | 0."), "no timeline, no row: {md}");
+        assert_eq!(
+            timeline_png(Path::new("/x/bench.png")),
+            Path::new("/x/bench-timeline.png")
         );
     }
 
