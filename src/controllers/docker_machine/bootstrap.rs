@@ -56,7 +56,7 @@ const TERMINAL_RECHECK: Duration = Duration::from_secs(300);
 /// How long the status of a machine whose bootstrap just started may wait for that bootstrap's
 /// end before it says "Bootstrapping" (see [`crate::controllers::kit::report::Report::hold`]).
 /// Long enough for a light node's bootstrap on a busy host, short beside a real node's.
-const FIRST_WORD: Duration = Duration::from_secs(3);
+pub(crate) const FIRST_WORD: Duration = Duration::from_secs(3);
 
 pub enum Outcome {
     /// Bootstrap succeeded; provisioning may finish.
@@ -195,7 +195,7 @@ pub async fn reconcile(
             step,
             total,
             description,
-            ..
+            elapsed,
         } => {
             // Step 0: not at a step (waiting for a slot, or all steps in one exec, where the
             // node's progress file tells how far the script got).
@@ -214,6 +214,11 @@ pub async fn reconcile(
                 )
             };
             set(at_phase(phase, reasons::BOOTSTRAPPING, message));
+            // Whatever woke this pass, a bootstrap younger than FIRST_WORD may still end before
+            // its start needs saying (see the start below).
+            if let Some(left) = FIRST_WORD.checked_sub(elapsed).filter(|d| !d.is_zero()) {
+                status.hold(left);
+            }
             return Ok(Outcome::Wait(Action::requeue(POLL)));
         }
         // A terminal result stays in the task list until a pass sees it persisted (above).
