@@ -31,7 +31,6 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
-use chrono::{DateTime, Utc};
 use bollard::{
     Docker,
     exec::{CreateExecOptions, StartExecResults},
@@ -39,6 +38,7 @@ use bollard::{
         ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveContainerOptionsBuilder,
     },
 };
+use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use interrupt::Interrupt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

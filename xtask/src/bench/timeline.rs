@@ -107,7 +107,9 @@ pub fn plot(
             chart
                 .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())?
                 .label(*name)
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
+                });
         }
         chart
             .configure_series_labels()
