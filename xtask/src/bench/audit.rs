@@ -233,17 +233,15 @@ fn count_lines(
 mod tests {
     use super::*;
 
-    fn line(
-        stage: &str,
-        user: &str,
-        verb: &str,
-        resource: &str,
-        sub: Option<&str>,
-        at: &str,
-    ) -> String {
-        let mut object = json!({"resource": resource, "namespace": "ns", "name": "m"});
-        if let Some(s) = sub {
-            object["subresource"] = json!(s);
+    /// An audit event line; `resource` may name a subresource ("dockermachines/status").
+    fn line(stage: &str, user: &str, verb: &str, resource: &str, at: &str) -> String {
+        let mut object = json!({"namespace": "ns", "name": "m"});
+        match resource.split_once('/') {
+            Some((r, sub)) => {
+                object["resource"] = json!(r);
+                object["subresource"] = json!(sub);
+            }
+            None => object["resource"] = json!(resource),
         }
         json!({
             "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata",
@@ -257,75 +255,26 @@ mod tests {
 
     #[test]
     fn counts_one_users_completed_requests_by_window_verb_and_resource() {
+        const DONE: &str = "ResponseComplete";
         let me = "system:serviceaccount:capd-rs-bench:bench-rs-n10-r1-1";
         let other = "system:serviceaccount:capd-rs-bench:bench-up-n10-r1-1";
+        let status = "dockermachines/status";
         let lines = [
-            line(
-                "ResponseComplete",
-                me,
-                "patch",
-                "dockermachines",
-                Some("status"),
-                "2026-11-28T10:00:01.5Z",
-            ),
-            line(
-                "ResponseComplete",
-                me,
-                "patch",
-                "dockermachines",
-                Some("status"),
-                "2026-11-28T10:00:02Z",
-            ),
-            line(
-                "ResponseComplete",
-                me,
-                "get",
-                "secrets",
-                None,
-                "2026-11-28T10:00:03Z",
-            ),
+            line(DONE, me, "patch", status, "2026-11-28T10:00:01.5Z"),
+            line(DONE, me, "patch", status, "2026-11-28T10:00:02Z"),
+            line(DONE, me, "get", "secrets", "2026-11-28T10:00:03Z"),
             line(
                 "ResponseStarted",
                 me,
                 "get",
                 "secrets",
-                None,
                 "2026-11-28T10:00:03Z",
             ),
-            line(
-                "ResponseComplete",
-                me,
-                "watch",
-                "dockermachines",
-                None,
-                "2026-11-28T10:00:03Z",
-            ),
-            line(
-                "ResponseComplete",
-                other,
-                "get",
-                "secrets",
-                None,
-                "2026-11-28T10:00:03Z",
-            ),
-            line(
-                "ResponseComplete",
-                me,
-                "get",
-                "secrets",
-                None,
-                "2026-11-28T10:00:10Z",
-            ),
-            line(
-                "ResponseComplete",
-                me,
-                "list",
-                "machines",
-                None,
-                "2026-11-28T09:59:59Z",
-            ),
-            "not json, but it names \"system:serviceaccount:capd-rs-bench:bench-rs-n10-r1-1\""
-                .to_string(),
+            line(DONE, me, "watch", "dockermachines", "2026-11-28T10:00:03Z"),
+            line(DONE, other, "get", "secrets", "2026-11-28T10:00:03Z"),
+            line(DONE, me, "get", "secrets", "2026-11-28T10:00:10Z"),
+            line(DONE, me, "list", "machines", "2026-11-28T09:59:59Z"),
+            format!("not json, but it names \"{me}\""),
         ]
         .join("\n");
         let t = |s: &str| s.parse::<DateTime<Utc>>().unwrap();

@@ -976,6 +976,13 @@ mod tests {
         }
     }
 
+    /// The goal named `what` among `r`.
+    fn goal<'a>(r: &'a [Ratio], what: &str) -> &'a Ratio {
+        r.iter()
+            .find(|x| x.what == what)
+            .unwrap_or_else(|| panic!("{what} in {r:?}"))
+    }
+
     /// The table's home is `docs/performance.md` (it left the README): a change of its columns
     /// must reach that page too, or the page shows a table this task no longer prints.
     #[test]
@@ -1193,11 +1200,7 @@ mod tests {
             ..Default::default()
         };
         let r = report.ratios();
-        let get = |w: &str| {
-            r.iter()
-                .find(|x| x.what == w)
-                .unwrap_or_else(|| panic!("{w} in {r:?}"))
-        };
+        let get = |w: &str| goal(&r, w);
         let plane = get("API server + etcd + CAPI CPU vs upstream, N=50");
         assert!(
             (plane.value - 0.2).abs() < 1e-9,
@@ -1285,11 +1288,7 @@ mod tests {
             ..Default::default()
         };
         let r = report.ratios();
-        let get = |w: &str| {
-            r.iter()
-                .find(|x| x.what == w)
-                .unwrap_or_else(|| panic!("{w} in {r:?}"))
-        };
+        let get = |w: &str| goal(&r, w);
         assert!(
             r.iter().all(|x| !x.what.contains("vs upstream, N=10")),
             "no goal against upstream below N=50: {r:?}"
