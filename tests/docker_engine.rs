@@ -852,6 +852,85 @@ async fn missing_objects() {
     ));
 }
 
+/// Files in and out through the engine's archive: no exec, so no tool in the image is needed (a
+/// distroless load balancer image has no shell and no `cat`), and a stopped container serves as
+/// well as a running one.
+#[tokio::test]
+async fn files_go_in_and_out_through_the_engines_archive() {
+    ensure_test_image().await;
+    with_run("archive", |id| async move {
+        let rt = runtime().await;
+        let network = ensure_test_network(&rt, &id).await;
+        let spec = plain_spec(&id, "files", &network, None);
+        let name = spec.name.clone();
+        rt.create_and_start(&spec).await.expect("create");
+        let content = b"global\n  log stdout format raw local0\n".repeat(1000);
+        rt.write_file(&name, "/etc/haproxy.cfg", &content)
+            .await
+            .expect("write through the archive");
+        let inside = rt
+            .exec(&name, &argv(&["cat", "/etc/haproxy.cfg"]), None)
+            .await
+            .expect("look from inside");
+        assert!(
+            content.ends_with(&inside.stdout) && inside.stdout.len() >= 1024,
+            "as written, seen from inside"
+        );
+        let stat = raw_docker()
+            .negotiate_version()
+            .await
+            .unwrap()
+            .get_container_archive_info(
+                &name,
+                Some(
+                    bollard::query_parameters::ContainerArchiveInfoOptionsBuilder::default()
+                        .path("/etc/haproxy.cfg")
+                        .build(),
+                ),
+            )
+            .await
+            .expect("stat");
+        assert_eq!(stat.size as usize, content.len());
+        assert_eq!(stat.file_mode & 0o777, 0o644, "mode {:o}", stat.file_mode);
+        let limit = content.len() as u64;
+        assert_eq!(rt.read_file(&name, "/etc/haproxy.cfg", limit).await.expect("read"), Some(content.clone()));
+        assert!(
+            matches!(rt.read_file(&name, "/etc/haproxy.cfg", limit - 1).await, Err(RuntimeError::Rejected(m)) if m.contains("larger than")),
+            "a file beyond the limit is refused, not read"
+        );
+        assert_eq!(rt.read_file(&name, "/etc/none", limit).await.expect("read a missing file"), None);
+        assert!(
+            matches!(rt.read_file(&name, "/etc", limit).await, Err(RuntimeError::Rejected(m)) if m.contains("not a regular file")),
+            "a directory is not a file"
+        );
+        // Replaced, also while the container is stopped (no exec could run then).
+        docker_stop(&name).await;
+        rt.write_file(&name, "/etc/haproxy.cfg", b"second\n").await.expect("write while stopped");
+        assert_eq!(rt.read_file(&name, "/etc/haproxy.cfg", limit).await.expect("read while stopped"), Some(b"second\n".to_vec()));
+        assert!(
+            matches!(rt.write_file(&name, "/no/such/dir/f", b"x").await, Err(RuntimeError::NotFound(_))),
+            "a missing directory is not made"
+        );
+        assert!(matches!(
+            rt.read_file(&format!("capd-rs-test-{id}-none"), "/etc/x", 1).await,
+            Err(RuntimeError::NotFound(_))
+        ), "a missing container is not a missing file");
+    })
+    .await;
+}
+
+/// `docker stop` of a test container, at once.
+async fn docker_stop(name: &str) {
+    let docker = raw_docker().negotiate_version().await.unwrap();
+    let options = bollard::query_parameters::StopContainerOptionsBuilder::default()
+        .t(0)
+        .build();
+    docker
+        .stop_container(name, Some(options))
+        .await
+        .expect("stop");
+}
+
 #[tokio::test]
 async fn missing_image_reports_the_engines_pull_error() {
     let rt = runtime().await;

@@ -512,17 +512,21 @@ pub async fn sync_backends(
     let draining = draining_containers(ctx, target);
     let config = desired_config(target, servers, &draining)?;
 
-    let current = rt
-        .exec(&lb_name, &argv(&["cat", haproxy::CONFIG_PATH]), None)
-        .await?;
-    if current.success() && current.stdout == config.as_bytes() {
-        debug!(container = %lb_name, "haproxy.cfg unchanged");
-        return Ok(SyncOutcome::Unchanged);
+    // Read and written through the engine's archive, not an exec: upstream's LB image (kind's
+    // haproxy) is distroless, with no shell and no `cat` to run.
+    match rt
+        .read_file(&lb_name, haproxy::CONFIG_PATH, CONFIG_LIMIT)
+        .await
+    {
+        Ok(Some(current)) if current == config.as_bytes() => {
+            debug!(container = %lb_name, "haproxy.cfg unchanged");
+            return Ok(SyncOutcome::Unchanged);
+        }
+        // Missing, different, or not a file we can read (too large, a directory): replaced.
+        Ok(_) | Err(RuntimeError::Rejected(_)) => {}
+        Err(e) => return Err(e.into()),
     }
-    // haproxy keeps its old config when a reload fails, but cannot start at all from a bad one
-    // after the next restart: a config it rejects is never written.
-    check_config(ctx, &lb_name, &config, target.custom_config.is_some()).await?;
-    write_config(ctx, &lb_name, &config).await?;
+    replace_config(ctx, &lb_name, &config, target.custom_config.is_some()).await?;
     rt.kill(&lb_name, "SIGHUP").await?;
     info!(container = %lb_name, backends, "haproxy.cfg updated and reloaded");
     Ok(SyncOutcome::Reloaded { backends })
@@ -545,77 +549,31 @@ fn draining_containers(ctx: &Context, target: &LbTarget) -> BTreeSet<String> {
         .collect()
 }
 
-/// Write haproxy.cfg through exec (stdin), then read it back: a silent partial write would
-/// otherwise reload HAProxy with a broken config.
-async fn write_config(ctx: &Context, lb_name: &str, config: &str) -> Result<()> {
-    let rt = &ctx.runtime;
-    let dir = haproxy::CONFIG_PATH
-        .rsplit_once('/')
-        .map_or("/", |(d, _)| d);
-    let mkdir = rt.exec(lb_name, &argv(&["mkdir", "-p", dir]), None).await?;
-    let write = rt
-        .exec(
-            lb_name,
-            &argv(&["/bin/sh", "-c", "cat > \"$0\"", haproxy::CONFIG_PATH]),
-            Some(config.as_bytes()),
-        )
-        .await?;
-    if !mkdir.success() || !write.success() {
-        return Err(Error::LoadBalancer(format!(
-            "writing {} in {lb_name} failed: {}",
-            haproxy::CONFIG_PATH,
-            String::from_utf8_lossy(&write.stderr).trim()
-        )));
-    }
-    let back = rt
-        .exec(lb_name, &argv(&["cat", haproxy::CONFIG_PATH]), None)
-        .await?;
-    if back.stdout != config.as_bytes() {
-        return Err(Error::LoadBalancer(format!(
-            "{} in {lb_name} differs after writing it",
-            haproxy::CONFIG_PATH
-        )));
-    }
-    Ok(())
-}
-
-/// Where a new haproxy.cfg is checked before it replaces the running one.
-const CHECK_PATH: &str = "/usr/local/etc/haproxy/haproxy.cfg.capd-check";
+/// Where a new haproxy.cfg is staged and checked before it replaces the running one. Left in
+/// place afterwards (the image may have no `rm`; the next check overwrites it).
+const STAGE_PATH: &str = "/usr/local/etc/haproxy/haproxy.cfg.capd-new";
+/// The largest haproxy.cfg read back from the LB: far beyond any generated or templated config.
+const CONFIG_LIMIT: u64 = 1024 * 1024;
 /// How long a config haproxy rejected waits before it is checked again (a change of the
 /// DockerCluster is seen at once; ConfigMaps are not watched).
 const INVALID_CONFIG_RETRY: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// Run `haproxy -c` on `config` inside the LB container (its image has the haproxy that will
-/// run it). A config it rejects is a [`Error::Blocked`] naming haproxy's error lines. An image
-/// without a haproxy on its PATH (or without a shell) cannot check: the config is applied as
-/// before.
-async fn check_config(ctx: &Context, lb_name: &str, config: &str, custom: bool) -> Result<()> {
+/// Replace haproxy.cfg with `config` once the image's own haproxy accepts it (`haproxy -c` on a
+/// staged copy): haproxy keeps its old config when a reload fails, but could not start at all
+/// from a bad one after the next restart, so a config it rejects is never written; it is a
+/// [`Error::Blocked`] naming haproxy's error lines. An image without a haproxy on its PATH
+/// cannot check: the config is applied as before. Three engine requests and one exec.
+async fn replace_config(ctx: &Context, lb_name: &str, config: &str, custom: bool) -> Result<()> {
     let rt = &ctx.runtime;
-    let script = "mkdir -p \"$(dirname \"$0\")\" && cat > \"$0\"";
-    let write = rt
-        .exec(
-            lb_name,
-            &argv(&["/bin/sh", "-c", script, CHECK_PATH]),
-            Some(config.as_bytes()),
-        )
+    rt.write_file(lb_name, STAGE_PATH, config.as_bytes())
         .await?;
-    if !write.success() {
-        warn!(container = %lb_name, "cannot stage haproxy.cfg for a check; applying it unchecked");
-        return Ok(());
-    }
     let check = rt
-        .exec(lb_name, &argv(&["haproxy", "-c", "-f", CHECK_PATH]), None)
-        .await;
-    // Best effort: a leftover file is harmless (the next check overwrites it).
-    let _ = rt
-        .exec(lb_name, &argv(&["rm", "-f", CHECK_PATH]), None)
-        .await;
-    let check = check?;
+        .exec(lb_name, &argv(&["haproxy", "-c", "-f", STAGE_PATH]), None)
+        .await?;
     match check_verdict(check.exit_code) {
-        Verdict::Valid => Ok(()),
+        Verdict::Valid => {}
         Verdict::Unchecked => {
             warn!(container = %lb_name, exit_code = check.exit_code, "haproxy -c cannot run in the load balancer image; applying haproxy.cfg unchecked");
-            Ok(())
         }
         Verdict::Rejected => {
             let out = format!(
@@ -628,7 +586,7 @@ async fn check_config(ctx: &Context, lb_name: &str, config: &str, custom: bool) 
             } else {
                 "the generated haproxy.cfg"
             };
-            Err(Error::blocked(
+            return Err(Error::blocked(
                 types::LOAD_BALANCER_AVAILABLE,
                 reasons::INVALID_HAPROXY_CONFIG,
                 format!(
@@ -636,9 +594,12 @@ async fn check_config(ctx: &Context, lb_name: &str, config: &str, custom: bool) 
                     haproxy_errors(&out)
                 ),
                 INVALID_CONFIG_RETRY,
-            ))
+            ));
         }
     }
+    rt.write_file(lb_name, haproxy::CONFIG_PATH, config.as_bytes())
+        .await?;
+    Ok(())
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -683,7 +644,7 @@ fn haproxy_errors(output: &str) -> String {
     chosen
         .iter()
         .map(|l| {
-            let l = l.replace(CHECK_PATH, "haproxy.cfg");
+            let l = l.replace(STAGE_PATH, "haproxy.cfg");
             match l.char_indices().nth(WIDTH) {
                 Some((end, _)) => format!("{}…", &l[..end]),
                 None => l,
@@ -785,8 +746,8 @@ mod tests {
         );
         let out = format!(
             "[NOTICE]   (7) : haproxy version is 2.6.12\n\
-             [ALERT]    (7) : config : parsing [{CHECK_PATH}:3] : unknown keyword 'bogus' in 'frontend' section\n\
-             [ALERT]    (7) : config : Error(s) found in configuration file : {CHECK_PATH}\n\
+             [ALERT]    (7) : config : parsing [{STAGE_PATH}:3] : unknown keyword 'bogus' in 'frontend' section\n\
+             [ALERT]    (7) : config : Error(s) found in configuration file : {STAGE_PATH}\n\
              [ALERT]    (7) : config : Fatal errors found in configuration.\n\
              [ALERT]    (7) : config : one too many\n"
         );
@@ -798,7 +759,7 @@ mod tests {
             "{m}"
         );
         assert_eq!(m.matches("[ALERT]").count(), 3, "at most three lines: {m}");
-        assert!(!m.contains("NOTICE") && !m.contains(CHECK_PATH), "{m}");
+        assert!(!m.contains("NOTICE") && !m.contains(STAGE_PATH), "{m}");
         let long = "x".repeat(10_000);
         assert!(haproxy_errors(&long).chars().count() <= 241);
         assert_eq!(

@@ -151,6 +151,12 @@ impl ContainerRuntime for FakeRuntime {
     async fn file_exists(&self, _: &str, _: &str) -> RuntimeResult<bool> {
         Ok(false)
     }
+    async fn read_file(&self, _: &str, _: &str, _: u64) -> RuntimeResult<Option<Vec<u8>>> {
+        Ok(None)
+    }
+    async fn write_file(&self, _: &str, _: &str, _: &[u8]) -> RuntimeResult<()> {
+        Ok(())
+    }
     async fn kill(&self, _: &str, _: &str) -> RuntimeResult<()> {
         Ok(())
     }

@@ -232,10 +232,18 @@ pub trait ContainerRuntime: Send + Sync {
         argv: &[String],
         stdin: Option<&[u8]>,
     ) -> RuntimeResult<ExecOutput>;
-    /// Send a signal (e.g. `SIGHUP`) to the container's main process.
     /// Whether `path` exists in the container's filesystem as the engine stores it: the image
     /// and what was written over it, not tmpfs mounts such as `/run` (one call, no exec).
     async fn file_exists(&self, name: &str, path: &str) -> RuntimeResult<bool>;
+    /// The content of the regular file at `path`, through the engine's archive of it (one call,
+    /// no exec: no tool in the image is needed); `Ok(None)` when nothing is there. A file larger
+    /// than `limit` bytes, or something other than a regular file, is [`RuntimeError::Rejected`].
+    async fn read_file(&self, name: &str, path: &str, limit: u64)
+    -> RuntimeResult<Option<Vec<u8>>>;
+    /// Replace (or create) the regular file at `path` with `content`, mode 0644 and root's,
+    /// through the engine's archive upload (one call, no exec). Its directory must exist.
+    async fn write_file(&self, name: &str, path: &str, content: &[u8]) -> RuntimeResult<()>;
+    /// Send a signal (e.g. `SIGHUP`) to the container's main process.
     async fn kill(&self, name: &str, signal: &str) -> RuntimeResult<()>;
     /// Whether the image is present locally (never pulls).
     async fn image_present(&self, image: &str) -> RuntimeResult<bool>;

@@ -1,9 +1,10 @@
 //! A container engine with state, for the act tests: [`FakeRuntime`] (which records every exec
 //! and answers the ones it does not know with success) plus the containers a reconcile created,
-//! with their labels, addresses and files. It emulates exactly the execs that move files in and
-//! out of a container (`cat`, `cat > "$0"`, `test -f`, `rm -f`), so what a reconcile wrote into
-//! the load balancer can be read back as the real container would show it. Anything that needs
-//! a real node (systemd, kubeadm, the bootstrap script's effects) it does not pretend to do.
+//! with their labels, addresses and files. It emulates exactly what moves files in and out of a
+//! container (the execs `cat`, `cat > "$0"`, `test -f`, `rm -f`, and the engine's archive reads
+//! and writes), so what a reconcile wrote into the load balancer can be read back as the real
+//! container would show it. Anything that needs a real node (systemd, kubeadm, the bootstrap
+//! script's effects) it does not pretend to do.
 use std::{
     collections::BTreeMap,
     sync::{Mutex, MutexGuard},
@@ -242,6 +243,32 @@ impl ContainerRuntime for Engine {
             .state()
             .files
             .contains_key(&(name.to_string(), path.to_string())))
+    }
+    async fn read_file(
+        &self,
+        name: &str,
+        path: &str,
+        limit: u64,
+    ) -> RuntimeResult<Option<Vec<u8>>> {
+        let s = self.state();
+        if !s.by_name.contains_key(name) {
+            return Err(RuntimeError::NotFound(format!("No such container: {name}")));
+        }
+        match s.files.get(&(name.to_string(), path.to_string())) {
+            Some(content) if content.len() as u64 > limit => Err(RuntimeError::Rejected(format!(
+                "read {path} in container {name}: larger than {limit} bytes"
+            ))),
+            found => Ok(found.cloned()),
+        }
+    }
+    async fn write_file(&self, name: &str, path: &str, content: &[u8]) -> RuntimeResult<()> {
+        let mut s = self.state();
+        if !s.by_name.contains_key(name) {
+            return Err(RuntimeError::NotFound(format!("No such container: {name}")));
+        }
+        s.files
+            .insert((name.to_string(), path.to_string()), content.to_vec());
+        Ok(())
     }
     async fn kill(&self, name: &str, signal: &str) -> RuntimeResult<()> {
         self.state()

@@ -37,6 +37,7 @@ use super::runtime::{
 pub const DEFAULT_SOCKET: &str = "/var/run/docker.sock";
 /// Seconds bollard waits for the response headers of one request (streams are not limited).
 mod address;
+mod archive;
 mod convert;
 mod errors;
 mod exec;
@@ -73,9 +74,11 @@ enum Op {
     Info,
     ImageSave,
     PathStat,
+    ArchiveGet,
+    ArchivePut,
 }
 
-const OP_NAMES: [&str; 18] = [
+const OP_NAMES: [&str; 20] = [
     "version",
     "ping",
     "network_list",
@@ -94,6 +97,8 @@ const OP_NAMES: [&str; 18] = [
     "info",
     "image_save",
     "path_stat",
+    "archive_get",
+    "archive_put",
 ];
 
 /// Images and networks known to exist (see [`BollardRuntime::known`]).
@@ -659,6 +664,26 @@ impl ContainerRuntime for BollardRuntime {
             }) => Ok(false),
             Err(e) => Err(classify(&format!("stat {path} in container {name}"), e)),
         }
+    }
+
+    async fn read_file(
+        &self,
+        name: &str,
+        path: &str,
+        limit: u64,
+    ) -> RuntimeResult<Option<Vec<u8>>> {
+        let reference = self
+            .existing_reference(name, &format!("read {path} in"))
+            .await?;
+        self.read_file_archive(&reference, name, path, limit).await
+    }
+
+    async fn write_file(&self, name: &str, path: &str, content: &[u8]) -> RuntimeResult<()> {
+        let reference = self
+            .existing_reference(name, &format!("write {path} in"))
+            .await?;
+        self.write_file_archive(&reference, name, path, content)
+            .await
     }
 
     async fn kill(&self, name: &str, signal: &str) -> RuntimeResult<()> {
