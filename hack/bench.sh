@@ -7,6 +7,12 @@
 #   hack/bench.sh 10 50        only these N
 #   hack/bench.sh 10 nodes     N = 10, then real nodes: 1 control plane + 2 workers to all Nodes
 #                              Ready, from the default template (both providers; no floor)
+#   hack/bench.sh 100 clusters:10:100
+#                              N = 100 in one Cluster, then the same 100 spread evenly over 10
+#                              Clusters, each in a namespace of its own (remainder to the first)
+#   hack/bench.sh nodes nodes:3+5
+#                              real nodes 1 + 2, then 3 control planes + 5 workers (nodes:C+W, C
+#                              odd: KCP refuses an even count with stacked etcd)
 #   hack/bench.sh in-memory:100 in-memory:pairs:100
 #                              in-memory machines (both providers; no floor), last: one cluster
 #                              of 1 control plane + 99 workers, then 50 clusters of 1 + 1, each
@@ -28,19 +34,25 @@ source "$(dirname "$0")/lib.sh"
 
 ARGS=("$@")
 ((${#ARGS[@]})) || ARGS=(1 10 50 100 nodes)
-NS_LIST=() NODES=() IN_MEMORY=()
+NS_LIST=() NODE_SHAPES=() NODES=() IN_MEMORY=()
 for n in "${ARGS[@]}"; do
   if [[ $n == in-memory:* ]]; then
     IN_MEMORY+=("${n#in-memory:}")  # xtask checks the shape and N
+  elif [[ $n == clusters:* ]]; then
+    NS_LIST+=("$n")  # xtask checks K and N
   elif [[ $n == nodes ]]; then
-    NODES=(--real-nodes --nodes-clusterctl "$CAPI_BIN_DIR/clusterctl"
-      --nodes-template "$REPO_ROOT/templates/cluster-template.yaml"
-      --nodes-kubernetes-version "v$K8S_VERSION" --nodes-image "kindest/node:v$K8S_VERSION")
+    NODE_SHAPES+=(1+2)
+  elif [[ $n == nodes:* ]]; then
+    NODE_SHAPES+=("${n#nodes:}")  # xtask checks C and W
   else
-    [[ $n =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, 'nodes' or 'in-memory:[pairs:]N', got '$n'"
+    [[ $n =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer, 'clusters:K:N', 'nodes', 'nodes:C+W' or 'in-memory:[pairs:]N', got '$n'"
     NS_LIST+=("$n")
   fi
 done
+((${#NODE_SHAPES[@]})) && NODES=(--real-nodes "$(IFS=,; echo "${NODE_SHAPES[*]}")"
+  --nodes-clusterctl "$CAPI_BIN_DIR/clusterctl"
+  --nodes-template "$REPO_ROOT/templates/cluster-template.yaml"
+  --nodes-kubernetes-version "v$K8S_VERSION" --nodes-image "kindest/node:v$K8S_VERSION")
 SUBJECTS=${BENCH_SUBJECTS:-floor,capd-rs,upstream}
 OUT_DIR=${BENCH_OUT_DIR:-$REPO_ROOT/docs}
 LIGHT_IMAGE=capd-rs/node:light

@@ -5,6 +5,7 @@ use std::{
 };
 
 use clap::{Parser, Subcommand};
+use xtask::bench::{nodes::NodeShape, objects::LightLoad};
 
 #[derive(Parser)]
 #[command(about = "capd-rs project tasks (reports and plots of measured runs)")]
@@ -103,13 +104,28 @@ enum Task {
 struct BenchArgs {
     #[arg(long)]
     kubeconfig: PathBuf,
-    /// Machine counts of the light workload, in the order run (none given: no light workload).
-    #[arg(long, value_delimiter = ',')]
-    n: Vec<usize>,
-    /// Also run the real-node workload (1 control plane + 2 workers to all Nodes Ready), with
-    /// the `--nodes-*` settings.
-    #[arg(long)]
-    real_nodes: bool,
+    /// Light loads, in the order run (none given: no light workload): `N` machines in one
+    /// Cluster, or `clusters:K:N`, the same N spread evenly over K Clusters, each in a namespace
+    /// of its own (the remainder one each to the first Clusters).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "N|clusters:K:N",
+        value_parser = LightLoad::parse
+    )]
+    n: Vec<LightLoad>,
+    /// Also run the real-node workload, after the light ones: one run per shape `C+W` (C control
+    /// planes + W workers, to all Nodes Ready), in the order given; alone, 1+2. With the
+    /// `--nodes-*` settings.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        num_args = 0..=1,
+        default_missing_value = "1+2",
+        value_name = "C+W",
+        value_parser = NodeShape::parse
+    )]
+    real_nodes: Vec<NodeShape>,
     /// clusterctl, to render the real-node workload from `--nodes-template`.
     #[arg(long, requires = "real_nodes")]
     nodes_clusterctl: Option<PathBuf>,
@@ -205,6 +221,18 @@ fn write_bench(
     Ok(())
 }
 
+/// `loads` without repeats, in the order first given: a load given twice would reuse its run's
+/// id, and so create its namespace while the first one's is still terminating.
+fn once_each<T: PartialEq + Copy>(loads: &[T]) -> Vec<T> {
+    let mut out: Vec<T> = Vec::with_capacity(loads.len());
+    for l in loads {
+        if !out.contains(l) {
+            out.push(*l);
+        }
+    }
+    out
+}
+
 /// A setting `--real-nodes` cannot go without.
 fn need<T>(v: Option<T>, flag: &str) -> Result<T, String> {
     v.ok_or(format!("--real-nodes needs {flag}"))
@@ -259,7 +287,9 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                         .ok_or(format!("--manager-image {s}: want subject=image"))
                 })
                 .collect::<Result<_, _>>()?;
-            let nodes = if a.real_nodes {
+            let nodes = if a.real_nodes.is_empty() {
+                None
+            } else {
                 Some(xtask::bench::nodes::NodesConfig {
                     clusterctl: need(a.nodes_clusterctl, "--nodes-clusterctl")?,
                     template: need(a.nodes_template, "--nodes-template")?,
@@ -268,9 +298,8 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                         "--nodes-kubernetes-version",
                     )?,
                     image: need(a.nodes_image, "--nodes-image")?,
+                    shapes: once_each(&a.real_nodes),
                 })
-            } else {
-                None
             };
             let in_memory = a
                 .in_memory
@@ -280,7 +309,7 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 .map_err(|e| format!("--in-memory: {e}"))?;
             let cfg = xtask::bench::Config {
                 kubeconfig: a.kubeconfig,
-                ns: a.n,
+                ns: once_each(&a.n),
                 subjects: a.subjects,
                 rounds: a.rounds.into(),
                 drop_caches: a.drop_caches,
@@ -407,4 +436,114 @@ fn e2e_outcomes(
 ) -> Result<std::collections::BTreeMap<String, xtask::e2e_report::Outcome>, String> {
     let text = std::fs::read_to_string(json).map_err(|e| format!("{}: {e}", json.display()))?;
     xtask::e2e_report::outcomes(&text).map_err(|e| format!("{}: {e}", json.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `xtask bench` with every required setting and `extra`.
+    fn bench(extra: &[&str]) -> Result<BenchArgs, clap::Error> {
+        let required = [
+            "xtask",
+            "bench",
+            "--kubeconfig=k",
+            "--capd-rs-manager=m",
+            "--upstream-manager=u",
+            "--upstream-version=v1.14.2",
+            "--own-crds=o",
+            "--upstream-crds=c",
+            "--webhook-cert-dir=w",
+            "--image=i",
+            "--lb-image=l",
+            "--work-dir=d",
+            "--json=j",
+            "--png=p",
+            "--markdown=md",
+        ];
+        let args = required.iter().chain(extra);
+        match Cli::try_parse_from(args)?.task {
+            Task::Bench(a) => Ok(*a),
+            _ => unreachable!("parsed as bench"),
+        }
+    }
+
+    fn shape(control_planes: usize, workers: usize) -> NodeShape {
+        NodeShape {
+            control_planes,
+            workers,
+        }
+    }
+
+    #[test]
+    fn light_loads_may_be_spread_over_clusters_in_the_order_given() {
+        let a = bench(&["--n", "1,clusters:10:100,100"]).unwrap();
+        assert_eq!(
+            a.n,
+            [
+                LightLoad::one(1),
+                LightLoad {
+                    n: 100,
+                    clusters: 10
+                },
+                LightLoad::one(100),
+            ]
+        );
+        assert!(a.real_nodes.is_empty(), "no real nodes unless asked");
+        assert!(bench(&[]).unwrap().n.is_empty());
+        for bad in ["clusters:0:10", "clusters:10:5", "0", "ten", "clusters:10"] {
+            let e = bench(&["--n", bad])
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{bad}: {e}"
+            );
+            assert!(e.to_string().contains(bad), "{bad}: names the value: {e}");
+        }
+        let e = bench(&["--n", "clusters:0:10"]).err().unwrap().to_string();
+        assert!(e.contains("at least 1 Cluster"), "{e}");
+    }
+
+    #[test]
+    fn real_nodes_alone_is_one_plus_two_and_shapes_may_be_listed() {
+        assert_eq!(bench(&["--real-nodes"]).unwrap().real_nodes, [shape(1, 2)]);
+        assert_eq!(
+            bench(&["--real-nodes", "1+2,3+5"]).unwrap().real_nodes,
+            [shape(1, 2), shape(3, 5)]
+        );
+        // The flag's value is optional: what follows it is still a flag of its own.
+        let a = bench(&["--real-nodes", "--n", "10"]).unwrap();
+        assert_eq!(
+            (a.real_nodes, a.n),
+            (vec![shape(1, 2)], vec![LightLoad::one(10)])
+        );
+        assert!(
+            bench(&["--nodes-image=x"]).is_err(),
+            "the node settings still need --real-nodes"
+        );
+        for bad in ["0+2", "2+2", "3", "3+x"] {
+            let e = bench(&["--real-nodes", bad])
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{bad}: {e}"
+            );
+        }
+        let e = bench(&["--real-nodes", "0+2"]).err().unwrap().to_string();
+        assert!(e.contains("at least 1 control plane"), "{e}");
+    }
+
+    #[test]
+    fn a_load_given_twice_runs_once_where_first_given() {
+        assert_eq!(once_each(&[10, 100, 10, 50, 100]), [10, 100, 50]);
+        assert_eq!(
+            once_each(&[shape(1, 2), shape(3, 5), shape(1, 2)]),
+            [shape(1, 2), shape(3, 5)]
+        );
+        assert!(once_each::<u8>(&[]).is_empty());
+    }
 }

@@ -26,6 +26,7 @@ pub mod timeline;
 
 use std::{
     collections::{BTreeMap, HashMap},
+    fmt,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -45,7 +46,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Client;
 
 use docker_count::DockerCounter;
-use objects::Workload;
+use nodes::NodeShape;
+use objects::{LightLoad, Workload};
 use process::{Manager, Usage};
 use report::{CAPD_RS, FLOOR, NODES, Run, UPSTREAM};
 
@@ -74,7 +76,8 @@ const UPSTREAM_NETWORK: &str = "kind";
 
 pub struct Config {
     pub kubeconfig: PathBuf,
-    pub ns: Vec<usize>,
+    /// The light loads, in the order run: N machines in one Cluster or spread over several.
+    pub ns: Vec<LightLoad>,
     pub subjects: Vec<String>,
     /// Rounds per load; round r runs the subjects in row r of a Williams design
     /// ([`williams`]). The report divides each round's pair and takes the median of those.
@@ -98,8 +101,8 @@ pub struct Config {
     /// Manager images whose size to report, by subject.
     pub images: BTreeMap<String, String>,
     pub command: String,
-    /// The real-node workload, after the light ones (both providers; the floor has no
-    /// counterpart: it would be a hand-written kubeadm).
+    /// The real-node workloads, one per shape, after the light ones (both providers; the floor
+    /// has no counterpart: it would be a hand-written kubeadm).
     pub nodes: Option<nodes::NodesConfig>,
     /// The in-memory loads (both providers; no floor), after the others, with the Kubernetes
     /// version their machines report.
@@ -118,9 +121,53 @@ pub struct Config {
 /// What one phase provisions.
 #[derive(Clone, Copy, Debug)]
 enum Load {
-    Light(usize),
-    Nodes,
+    Light(LightLoad),
+    Nodes(NodeShape),
     InMemory(Shape, usize),
+}
+
+/// The id of `subject`'s phase of `load` in `round`, by bench process `pid`: the namespace,
+/// Cluster and container names start with it. Each round has its own namespace, containers and
+/// log: the namespace of the round before may still be terminating.
+fn run_id(subject: &str, load: Load, round: usize, pid: u32) -> String {
+    format!(
+        "bench-{}-{}-r{}-{:04}",
+        match subject {
+            CAPD_RS => "rs",
+            UPSTREAM => "up",
+            _ => "fl",
+        },
+        load.id_part(),
+        round + 1,
+        pid % 10_000
+    )
+}
+
+impl Load {
+    /// Its part of the run's id, which names the namespaces, Clusters and containers: short,
+    /// and of DNS-label characters only.
+    fn id_part(self) -> String {
+        match self {
+            Load::Light(l) => match l.spread() {
+                None => format!("n{}", l.n),
+                Some(k) => format!("n{}x{k}", l.n),
+            },
+            Load::Nodes(s) => format!("cp{}w{}", s.control_planes, s.workers),
+            Load::InMemory(Shape::One, n) => format!("m{n}"),
+            Load::InMemory(Shape::Pairs, n) => format!("p{n}"),
+        }
+    }
+}
+
+/// As the progress lines name the load: `light N=100 over 10 clusters`, `nodes 3+5`.
+impl fmt::Display for Load {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Load::Light(l) => write!(f, "{} N={l}", report::LIGHT),
+            Load::Nodes(s) => write!(f, "{NODES} {s}"),
+            Load::InMemory(s, n) => write!(f, "{} N={n}", s.workload()),
+        }
+    }
 }
 
 /// Which CRDs the plane has now.
@@ -205,8 +252,8 @@ pub async fn run(cfg: Config) -> Result<report::Report> {
 impl Bench {
     async fn all(&mut self, report: &mut report::Report) -> Result<()> {
         let mut loads: Vec<Load> = self.cfg.ns.iter().map(|n| Load::Light(*n)).collect();
-        if self.cfg.nodes.is_some() {
-            loads.push(Load::Nodes);
+        if let Some(cfg) = &self.cfg.nodes {
+            loads.extend(cfg.shapes.iter().map(|s| Load::Nodes(*s)));
         }
         loads.extend(
             self.cfg
@@ -239,10 +286,8 @@ impl Bench {
                         after: previous.replace(subject.to_string()),
                         ..self.one(subject, load, round).await?
                     };
-                    let n = run.n;
                     say(&format!(
-                        "{subject} {} N={n}: all provisioned in {:.1} s (p50 {:.1}, p95 {:.1}), deleted in {:.1} s, peak RSS {} MiB, {} Docker calls",
-                        run.workload,
+                        "{subject} {load}: all provisioned in {:.1} s (p50 {:.1}, p95 {:.1}), deleted in {:.1} s, peak RSS {} MiB, {} Docker calls",
                         run.provision_s,
                         run.p50_s,
                         run.p95_s,
@@ -261,28 +306,11 @@ impl Bench {
     }
 
     async fn one(&mut self, subject: &str, load: Load, round: usize) -> Result<Run> {
-        // Each round has its own namespace, containers and log: the namespace of the round
-        // before may still be terminating.
-        let id = format!(
-            "bench-{}-{}-r{}-{:04}",
-            match subject {
-                CAPD_RS => "rs",
-                UPSTREAM => "up",
-                _ => "fl",
-            },
-            match load {
-                Load::Light(n) => format!("n{n}"),
-                Load::Nodes => NODES.to_string(),
-                Load::InMemory(Shape::One, n) => format!("m{n}"),
-                Load::InMemory(Shape::Pairs, n) => format!("p{n}"),
-            },
-            round + 1,
-            std::process::id() % 10_000
-        );
+        let id = run_id(subject, load, round, std::process::id());
         say(&format!("=== {subject} {load:?}: run {id}"));
         match (subject, load) {
-            (FLOOR, Load::Light(n)) => self.floor(&id, n).await,
-            (FLOOR, Load::Nodes | Load::InMemory(..)) => {
+            (FLOOR, Load::Light(l)) => self.floor(&id, l).await,
+            (FLOOR, Load::Nodes(_) | Load::InMemory(..)) => {
                 bail!("the floor has only the light workload")
             }
             _ => {
@@ -319,17 +347,25 @@ impl Bench {
                     }
                     return Err(e);
                 }
-                let workload = Workload::new(self.client.clone(), &id, &self.cfg.image);
+                // One Workload per Cluster: several for a spread light load, else one.
+                let clusters = match load {
+                    Load::Light(l) => l.clusters,
+                    Load::Nodes(_) | Load::InMemory(..) => 1,
+                };
+                let workloads = Workload::spread(&self.client, &id, clusters, &self.cfg.image);
                 let phase = async {
                     match load {
-                        Load::Light(n) => {
-                            let timeout = Duration::from_secs(120 + 3 * n as u64);
-                            self.provider(subject, n, &workload, &manager, timeout)
+                        Load::Light(l) => {
+                            let timeout = Duration::from_secs(120 + 3 * l.n as u64);
+                            self.provider(subject, &id, l, &workloads, &manager, timeout)
                                 .await
                         }
-                        Load::Nodes => self.nodes(subject, &workload, &manager).await,
+                        Load::Nodes(shape) => {
+                            self.nodes(subject, shape, &workloads[0], &manager).await
+                        }
                         Load::InMemory(shape, n) => {
-                            self.in_memory(subject, shape, n, &workload, &manager).await
+                            self.in_memory(subject, shape, n, &workloads[0], &manager)
+                                .await
                         }
                     }
                 };
@@ -343,41 +379,57 @@ impl Bench {
                         manager.log.display()
                     ));
                 }
-                // With the manager still running, so that it honours its finalizers.
-                workload.teardown().await;
+                // With the manager still running, so that it honours its finalizers; every
+                // namespace at once.
+                futures::future::join_all(workloads.iter().map(Workload::teardown)).await;
                 manager.stop().await;
                 if let Some(i) = &identity {
                     i.delete(&self.client).await;
                 }
-                self.remove_containers(subject, &id).await;
+                let names: Vec<&str> = workloads.iter().map(|w| w.cluster.as_str()).collect();
+                self.remove_containers(subject, &id, &names).await;
                 self.remove_networks(&id).await;
                 result
             }
         }
     }
 
-    /// The provider's phases on a running manager: cluster, machines, idle, deletion.
+    /// The provider's phases on a running manager: the Clusters (all at once), the Machines,
+    /// then every DockerMachine, timed to each one's bootstrap across all the Clusters; idle;
+    /// deletion of every DockerMachine, timed. `ws`: one Workload per Cluster of `load` in run
+    /// `id`.
     async fn provider(
         &self,
         subject: &str,
-        n: usize,
-        w: &Workload,
+        id: &str,
+        load: LightLoad,
+        ws: &[Workload],
         manager: &Manager,
         timeout: Duration,
     ) -> Result<Run> {
-        w.create_cluster(Duration::from_secs(180))
-            .await
-            .context("DockerCluster not provisioned")?;
-        let uids = w.create_machines(n).await?;
+        let n = load.n;
+        let sizes = load.split();
+        futures::future::try_join_all(
+            ws.iter()
+                .map(|w| w.create_cluster(Duration::from_secs(180))),
+        )
+        .await
+        .context("DockerCluster not provisioned")?;
+        // Not timed: one Cluster after another, each at the client's parallelism.
+        let mut uids = Vec::with_capacity(ws.len());
+        for (w, k) in ws.iter().zip(&sizes) {
+            uids.push(w.create_machines(*k).await?);
+        }
         quiet(self.cfg.drop_caches).await;
         let before = self.reading(manager).await?;
         let cpu_before = process::host_cpu();
         let condition = "BootstrapCompleted";
-        let api = w.docker_machines();
         let t0 = Utc::now();
         let (times, created) = tokio::join!(
-            objects::wait_all(&api, n, timeout, |o| objects::condition_true(o, condition)),
-            w.create_docker_machines(&uids)
+            objects::wait_docker_machines(ws, n, timeout, |o| objects::condition_true(
+                o, condition
+            )),
+            objects::create_docker_machines(ws, &uids)
         );
         created?;
         let times =
@@ -386,14 +438,18 @@ impl Bench {
         let host_cpu_s = cpu_delta(&cpu_before, &process::host_cpu());
         tokio::time::sleep(self.cfg.idle).await;
         let idle = self.reading(manager).await?;
-        let names: Vec<String> = (0..n).map(|i| w.machine_name(i)).collect();
-        let timeline = self
-            .check_bootstrapped(subject, &w.cluster, &names, t0, &times)
-            .await?;
+        let mut timeline = Vec::with_capacity(n);
+        for (w, k) in ws.iter().zip(&sizes) {
+            let names: Vec<String> = (0..*k).map(|i| w.machine_name(i)).collect();
+            timeline.extend(
+                self.check_bootstrapped(subject, id, &w.cluster, &names, t0, &times)
+                    .await?,
+            );
+        }
 
         let del_before = self.counter.snapshot();
         let start = Instant::now();
-        w.delete_all(&api, timeout)
+        objects::delete_docker_machines(ws, timeout)
             .await
             .context("deleting DockerMachines")?;
         let delete_s = start.elapsed().as_secs_f64();
@@ -401,6 +457,7 @@ impl Bench {
         let end = manager.usage();
 
         let timed = Run {
+            clusters: load.spread(),
             delete_s,
             docker_calls: docker_count::delta(&before.docker, &after.docker),
             idle_docker_calls: docker_count::total(&docker_count::delta(
@@ -417,10 +474,17 @@ impl Bench {
         Ok(with_manager(timed, &before, &after, idle, &end, audit))
     }
 
-    /// The real-node phase on a running manager: apply, all Nodes Ready, delete the Cluster.
-    async fn nodes(&self, subject: &str, w: &Workload, manager: &Manager) -> Result<Run> {
+    /// The real-node phase on a running manager: apply `shape`, all Nodes Ready, delete the
+    /// Cluster.
+    async fn nodes(
+        &self,
+        subject: &str,
+        shape: NodeShape,
+        w: &Workload,
+        manager: &Manager,
+    ) -> Result<Run> {
         let cfg = self.cfg.nodes.as_ref().context("no real-node settings")?;
-        let mut docs = nodes::render(cfg, &self.cfg.kubeconfig, &w.cluster)?;
+        let mut docs = nodes::render(cfg, shape, &self.cfg.kubeconfig, &w.cluster)?;
         if subject == UPSTREAM {
             nodes::use_upstream_lb_template(&mut docs, &w.ns, &w.cluster);
         }
@@ -430,20 +494,20 @@ impl Bench {
         let cpu_before = process::host_cpu();
         let start = Instant::now();
         manifest.apply(&self.client, &w.ns).await?;
-        let want = (nodes::CONTROL_PLANE + nodes::WORKERS) as usize;
+        let want = shape.machines();
         let times = nodes::wait_nodes_ready(
             &self.client,
             &w.ns,
             &w.cluster,
             want,
             start,
-            Duration::from_secs(900),
+            shape.ready_timeout(),
         )
         .await?;
         let after = self.reading(manager).await?;
         let host_cpu_s = cpu_delta(&cpu_before, &process::host_cpu());
         let del_before = self.counter.snapshot();
-        let delete_s = nodes::delete_cluster(w, Duration::from_secs(300))
+        let delete_s = nodes::delete_cluster(w, shape.delete_timeout())
             .await
             .context("deleting the Cluster")?
             .as_secs_f64();
@@ -452,6 +516,7 @@ impl Bench {
         let timed = Run::timed(subject, want, &times);
         let run = Run {
             workload: NODES.into(),
+            control_planes: Some(shape.control_planes),
             delete_s,
             docker_calls: docker_count::delta(&before.docker, &after.docker),
             delete_docker_calls: docker_count::total(&docker_count::delta(&del_before, &del_after)),
@@ -513,7 +578,11 @@ impl Bench {
         ))
     }
 
-    async fn floor(&self, id: &str, n: usize) -> Result<Run> {
+    /// The floor's phase of `load`. It has no Clusters: a spread load is the same N containers
+    /// on its one network, recorded under the load's Clusters so that its row pairs with the
+    /// providers' spread rows.
+    async fn floor(&self, id: &str, load: LightLoad) -> Result<Run> {
+        let n = load.n;
         let network = id.to_string();
         self.create_network(&network, id).await?;
         let floor = floor::Floor::new(
@@ -532,11 +601,12 @@ impl Bench {
             let after = self.counter.snapshot();
             let names: Vec<String> = (0..n).map(|i| format!("{id}-{i}")).collect();
             let timeline = self
-                .check_bootstrapped(FLOOR, id, &names, t0, &times)
+                .check_bootstrapped(FLOOR, id, id, &names, t0, &times)
                 .await?;
             let delete_s = floor.remove(id, n, floor::REMOVALS).await?.as_secs_f64();
             let end = self.counter.snapshot();
             Ok(Run {
+                clusters: load.spread(),
                 delete_s,
                 docker_calls: docker_count::delta(&before, &after),
                 delete_docker_calls: docker_count::total(&docker_count::delta(&after, &end)),
@@ -549,7 +619,7 @@ impl Bench {
             r = phase => r,
             _ = self.interrupt.wait() => Err(anyhow::anyhow!("interrupted")),
         };
-        self.remove_containers(FLOOR, id).await;
+        self.remove_containers(FLOOR, id, &[id]).await;
         self.remove_networks(id).await;
         result
     }
@@ -746,15 +816,19 @@ impl Bench {
 
     /// Proof that the provider did the work it reported: the bootstrap's file exists in every
     /// machine's container (read on the engine directly, not through the counting relay).
+    /// `machines`: those of Cluster `cluster` of run `id`.
     async fn check_bootstrapped(
         &self,
         subject: &str,
+        id: &str,
         cluster: &str,
         machines: &[String],
         t0: DateTime<Utc>,
         reported: &BTreeMap<String, Duration>,
     ) -> Result<Vec<MachineTimes>> {
-        let containers = self.containers(subject, cluster).await?;
+        let containers = self
+            .containers(&container_label(subject, id, cluster))
+            .await?;
         let container_of = |m: &String| {
             containers
                 .iter()
@@ -847,16 +921,11 @@ impl Bench {
         (done.exit_code == Some(0)).then_some(out)
     }
 
-    /// Names of the run's containers.
-    async fn containers(&self, subject: &str, id: &str) -> Result<Vec<String>> {
-        let label = if subject == UPSTREAM {
-            format!("{UPSTREAM_CLUSTER_LABEL}={id}")
-        } else {
-            format!("{LABEL_KEY}={id}")
-        };
+    /// Names of the containers that carry `label` (`key=value`).
+    async fn containers(&self, label: &str) -> Result<Vec<String>> {
         let opts = ListContainersOptionsBuilder::new()
             .all(true)
-            .filters(&HashMap::from([("label", vec![label.as_str()])]))
+            .filters(&HashMap::from([("label", vec![label])]))
             .build();
         Ok(self
             .docker
@@ -868,9 +937,17 @@ impl Bench {
             .collect())
     }
 
-    /// Anything of the run's the provider left behind.
-    async fn remove_containers(&self, subject: &str, id: &str) {
-        let left = self.containers(subject, id).await.unwrap_or_default();
+    /// Anything of run `id`'s Clusters `clusters` the provider left behind.
+    async fn remove_containers(&self, subject: &str, id: &str, clusters: &[&str]) {
+        let mut labels: Vec<String> = clusters
+            .iter()
+            .map(|c| container_label(subject, id, c))
+            .collect();
+        labels.dedup();
+        let mut left = Vec::new();
+        for label in &labels {
+            left.extend(self.containers(label).await.unwrap_or_default());
+        }
         if !left.is_empty() && subject != FLOOR {
             say(&format!(
                 "WARNING: {subject} left {} container(s) after deletion",
@@ -884,6 +961,17 @@ impl Bench {
                 .build();
             let _ = self.docker.remove_container(&c, Some(opts)).await;
         }
+    }
+}
+
+/// The label (`key=value`) of Cluster `cluster`'s containers in run `id`: upstream labels them
+/// with their Cluster's name (it has no flag for ours), capd-rs and the floor with the run's id
+/// (every Cluster's alike).
+fn container_label(subject: &str, id: &str, cluster: &str) -> String {
+    if subject == UPSTREAM {
+        format!("{UPSTREAM_CLUSTER_LABEL}={cluster}")
+    } else {
+        format!("{LABEL_KEY}={id}")
     }
 }
 
@@ -1035,6 +1123,52 @@ async fn host_description(docker: &Docker) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A DNS label: what namespaces, and hostnames of containers, must be.
+    fn dns_label(s: &str) -> bool {
+        (1..=63).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    }
+
+    #[test]
+    fn every_load_names_its_run_with_dns_labels_and_apart_from_the_others() {
+        let light = |n, clusters| Load::Light(LightLoad { n, clusters });
+        let nodes = |control_planes, workers| {
+            Load::Nodes(NodeShape {
+                control_planes,
+                workers,
+            })
+        };
+        assert_eq!(
+            run_id(CAPD_RS, light(100, 1), 0, 12_345),
+            "bench-rs-n100-r1-2345"
+        );
+        assert_eq!(
+            run_id(UPSTREAM, light(100, 10), 5, 7),
+            "bench-up-n100x10-r6-0007"
+        );
+        assert_eq!(
+            run_id(FLOOR, light(100, 10), 0, 7),
+            "bench-fl-n100x10-r1-0007"
+        );
+        assert_eq!(run_id(CAPD_RS, nodes(1, 2), 0, 7), "bench-rs-cp1w2-r1-0007");
+        assert_eq!(run_id(CAPD_RS, nodes(3, 5), 0, 7), "bench-rs-cp3w5-r1-0007");
+        // The longest names of a large spread run: its last Cluster's namespace and last
+        // machine (the containers take the machine's name, which starts with the Cluster's).
+        let id = run_id(UPSTREAM, light(5000, 100), 11, 9999);
+        let clusters = objects::cluster_names(&id, 100);
+        let last = clusters.last().unwrap();
+        assert_eq!(last, "bench-up-n5000x100-r12-9999-c99");
+        for name in [last.clone(), format!("{last}-w-49"), format!("{last}-lb")] {
+            assert!(dns_label(&name), "{name}");
+        }
+        // One Cluster keeps the run's id as its name and namespace, as before spread loads.
+        assert_eq!(objects::cluster_names(&id, 1), [id.as_str()]);
+        assert_eq!(objects::cluster_names("r", 3), ["r-c0", "r-c1", "r-c2"]);
+    }
 
     #[test]
     fn a_full_williams_cycle_balances_positions_and_predecessors() {

@@ -1,5 +1,5 @@
-//! The real-node workload: one control plane and two workers, from the project's default template
-//! as `clusterctl generate cluster` renders it, driven by the real CAPI core, CABPK and KCP, on
+//! The real-node workload: C control planes and W workers ([`NodeShape`], 1 + 2 unless told
+//! otherwise), from the project's default template as `clusterctl generate cluster` renders it, driven by the real CAPI core, CABPK and KCP, on
 //! the kind-style node image. Timed from the apply to each Node Ready in the workload cluster's
 //! own API (read through the kubeconfig Secret KCP writes), and from deleting the Cluster to the
 //! last DockerMachine and DockerCluster gone.
@@ -9,6 +9,7 @@
 //! itself, upstream CAPD expects them in the template, as its own templates do.
 use std::{
     collections::BTreeMap,
+    fmt,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -29,9 +30,77 @@ use xtask_figures::upstream::UPSTREAM_HAPROXY_TEMPLATE;
 
 use super::objects::{Workload, wait_gone};
 
-/// Control-plane and worker machines of the workload.
-pub const CONTROL_PLANE: u32 = 1;
-pub const WORKERS: u32 = 2;
+/// How many control-plane and worker machines a real-node run makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NodeShape {
+    pub control_planes: usize,
+    pub workers: usize,
+}
+
+/// 1 + 2: the shape of `hack/bench.sh nodes`, and of every real-node run recorded before there
+/// were others.
+impl Default for NodeShape {
+    fn default() -> Self {
+        Self {
+            control_planes: 1,
+            workers: 2,
+        }
+    }
+}
+
+impl NodeShape {
+    /// `3+5` is 3 control planes and 5 workers.
+    pub fn parse(s: &str) -> Result<Self> {
+        let Some((c, w)) = s.split_once('+') else {
+            bail!("real-node shape {s:?}: want C+W (control planes + workers), e.g. 3+5");
+        };
+        let count = |v: &str, what: &str| -> Result<usize> {
+            v.trim()
+                .parse()
+                .map_err(|e| anyhow::anyhow!("real-node shape {s:?}: {what} {v:?}: {e}"))
+        };
+        let shape = Self {
+            control_planes: count(c, "control planes")?,
+            workers: count(w, "workers")?,
+        };
+        if shape.control_planes == 0 {
+            bail!("real-node shape {s:?}: at least 1 control plane");
+        }
+        // KCP's webhook refuses it: with etcd stacked on the control planes (the default
+        // template's), an even count has no majority to spare over the odd count below it.
+        if shape.control_planes.is_multiple_of(2) {
+            bail!(
+                "real-node shape {s:?}: an even number of control planes (KCP refuses it with stacked etcd)"
+            );
+        }
+        Ok(shape)
+    }
+
+    /// Every Node of the shape: what is waited for.
+    pub fn machines(self) -> usize {
+        self.control_planes + self.workers
+    }
+
+    /// How long all Nodes may take to be Ready: 15 minutes for the first three (the 1 + 2 bound
+    /// since the bench had real nodes), 2.5 more for each further one (KCP joins control planes
+    /// one after another, each after the last is healthy).
+    pub fn ready_timeout(self) -> Duration {
+        Duration::from_secs(900 + 150 * self.machines().saturating_sub(3) as u64)
+    }
+
+    /// How long the Cluster's deletion may take: 5 minutes for three machines, 30 s more for each
+    /// further one.
+    pub fn delete_timeout(self) -> Duration {
+        Duration::from_secs(300 + 30 * self.machines().saturating_sub(3) as u64)
+    }
+}
+
+/// `1+2`, as given to `hack/bench.sh nodes:C+W`.
+impl fmt::Display for NodeShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}+{}", self.control_planes, self.workers)
+    }
+}
 
 /// What renders the workload.
 #[derive(Clone, Debug)]
@@ -42,6 +111,8 @@ pub struct NodesConfig {
     pub kubernetes_version: String,
     /// The kind-style node image (`kindest/node:v<version>`, built by `hack/node-image.sh`).
     pub image: String,
+    /// The shapes to run, in order (each one run per subject).
+    pub shapes: Vec<NodeShape>,
 }
 
 /// kubelet flags every node needs here, as `kubeletExtraArgs` entries (see the module doc).
@@ -51,14 +122,23 @@ const KUBELET_ARGS: [(&str, &str); 3] = [
     ("cgroup-root", "/kubelet"),
 ];
 
-/// The rendered manifest of one run, its objects labelled for the manager's watch filter.
-pub fn render(cfg: &NodesConfig, kubeconfig: &std::path::Path, id: &str) -> Result<Vec<Value>> {
+/// The rendered manifest of one run of `shape`, its objects labelled for the manager's watch
+/// filter.
+pub fn render(
+    cfg: &NodesConfig,
+    shape: NodeShape,
+    kubeconfig: &std::path::Path,
+    id: &str,
+) -> Result<Vec<Value>> {
     let out = std::process::Command::new(&cfg.clusterctl)
         .args(["generate", "cluster", id, "--from"])
         .arg(&cfg.template)
         .args(["--kubernetes-version", &cfg.kubernetes_version])
-        .args(["--control-plane-machine-count", &CONTROL_PLANE.to_string()])
-        .args(["--worker-machine-count", &WORKERS.to_string()])
+        .args([
+            "--control-plane-machine-count",
+            &shape.control_planes.to_string(),
+        ])
+        .args(["--worker-machine-count", &shape.workers.to_string()])
         .args(["--target-namespace", id])
         .env("KUBECONFIG", kubeconfig)
         .env("DOCKER_NODE_IMAGE", &cfg.image)
@@ -317,6 +397,45 @@ pub async fn delete_cluster(w: &Workload, timeout: Duration) -> Result<Duration>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shapes_parse_as_control_planes_plus_workers_and_bad_ones_say_why() {
+        assert_eq!(
+            NodeShape::parse("3+5").unwrap(),
+            NodeShape {
+                control_planes: 3,
+                workers: 5
+            }
+        );
+        assert_eq!(NodeShape::parse("1+2").unwrap(), NodeShape::default());
+        assert_eq!(NodeShape::parse("1+0").unwrap().machines(), 1);
+        let err = |s: &str| NodeShape::parse(s).unwrap_err().to_string();
+        assert_eq!(
+            err("0+2"),
+            "real-node shape \"0+2\": at least 1 control plane"
+        );
+        assert!(
+            err("2+2").contains("an even number of control planes"),
+            "{}",
+            err("2+2")
+        );
+        assert!(err("3").contains("want C+W"), "{}", err("3"));
+        assert!(err("3+x").contains("workers \"x\""), "{}", err("3+x"));
+        assert!(err("-1+2").contains("control planes"), "{}", err("-1+2"));
+        assert_eq!(NodeShape::parse("3+5").unwrap().to_string(), "3+5");
+        // The 1 + 2 bounds are the ones the bench always had; a larger shape gets more.
+        assert_eq!(
+            NodeShape::default().ready_timeout(),
+            Duration::from_secs(900)
+        );
+        assert_eq!(
+            NodeShape::default().delete_timeout(),
+            Duration::from_secs(300)
+        );
+        let big = NodeShape::parse("3+5").unwrap();
+        assert_eq!(big.ready_timeout(), Duration::from_secs(900 + 5 * 150));
+        assert_eq!(big.delete_timeout(), Duration::from_secs(300 + 5 * 30));
+    }
 
     #[test]
     fn templates_carry_the_filter_label_and_the_kubelet_flags_once() {

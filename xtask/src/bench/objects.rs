@@ -1,8 +1,11 @@
 //! The workload as Cluster API objects: one Cluster with its DockerCluster, a bootstrap Secret,
-//! N Machines and their DockerMachines (machine 0 is a control plane). The same manifests serve
-//! both providers; they are created in parallel so that the client is not what is measured.
+//! N Machines and their DockerMachines (machine 0 is a control plane); or the same N machines
+//! spread over several such Clusters, each in a namespace of its own ([`LightLoad`]). The same
+//! manifests serve both providers; they are created in parallel so that the client is not what
+//! is measured.
 use std::{
     collections::{BTreeMap, HashMap},
+    fmt,
     time::{Duration, Instant},
 };
 
@@ -37,6 +40,94 @@ runcmd:
 - [sh, -c, \"mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\"]
 ";
 
+/// A light load: N machines over `clusters` Clusters, each Cluster in a namespace of its own
+/// (1: the plain light load, one Cluster holding all N).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LightLoad {
+    pub n: usize,
+    pub clusters: usize,
+}
+
+impl LightLoad {
+    /// N machines in one Cluster.
+    pub fn one(n: usize) -> Self {
+        Self { n, clusters: 1 }
+    }
+
+    /// `100` is 100 machines in one Cluster, `clusters:10:100` the same 100 over 10 Clusters.
+    pub fn parse(s: &str) -> Result<Self> {
+        let count = |v: &str, what: &str| -> Result<usize> {
+            v.parse()
+                .map_err(|e| anyhow::anyhow!("light load {s:?}: {what} {v:?}: {e}"))
+        };
+        let load = match s.split(':').collect::<Vec<_>>()[..] {
+            [n] => Self::one(count(n, "N")?),
+            ["clusters", k, n] => Self {
+                n: count(n, "N")?,
+                clusters: count(k, "Cluster count")?,
+            },
+            _ => bail!("light load {s:?}: want N or clusters:K:N"),
+        };
+        if load.n == 0 {
+            bail!("light load {s:?}: at least 1 machine");
+        }
+        if load.clusters == 0 {
+            bail!("light load {s:?}: at least 1 Cluster");
+        }
+        // A Cluster without a machine measures nothing but its load balancer.
+        if load.n < load.clusters {
+            bail!(
+                "light load {s:?}: fewer machines ({}) than Clusters ({}); each Cluster needs one",
+                load.n,
+                load.clusters
+            );
+        }
+        Ok(load)
+    }
+
+    /// How many Clusters, when more than one: what a run records (none: the one-Cluster load,
+    /// as every run recorded before the spread load existed).
+    pub fn spread(self) -> Option<usize> {
+        (self.clusters > 1).then_some(self.clusters)
+    }
+
+    /// How many of the N machines each Cluster holds: as evenly as they go, the remainder one
+    /// each to the first Clusters (10 over 4: 3, 3, 2, 2).
+    pub fn split(self) -> Vec<usize> {
+        let k = self.clusters.max(1);
+        (0..k)
+            .map(|c| self.n / k + usize::from(c < self.n % k))
+            .collect()
+    }
+}
+
+/// A bare N is the one-Cluster load, as it always was.
+impl From<usize> for LightLoad {
+    fn from(n: usize) -> Self {
+        Self::one(n)
+    }
+}
+
+/// As the report names the load after "N=": `100`, or `100 over 10 clusters`.
+impl fmt::Display for LightLoad {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.spread() {
+            None => write!(f, "{}", self.n),
+            Some(k) => write!(f, "{} over {k} clusters", self.n),
+        }
+    }
+}
+
+/// The Clusters (and namespaces) of a run `id` with `clusters` Clusters: one keeps the run's id,
+/// as before the spread load existed; several are `<id>-c0`, `<id>-c1`, ... (valid DNS labels
+/// as long as the id leaves room for the suffix).
+pub fn cluster_names(id: &str, clusters: usize) -> Vec<String> {
+    if clusters <= 1 {
+        return vec![id.to_string()];
+    }
+    (0..clusters).map(|k| format!("{id}-c{k}")).collect()
+}
+
 fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
     let (group, version) = api_version.split_once('/').expect("group/version");
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
@@ -52,12 +143,22 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn new(client: Client, id: &str, image: &str) -> Self {
+    /// One Workload per Cluster of run `id` ([`cluster_names`]), all under the run's watch
+    /// filter, so that one manager serves them all.
+    pub fn spread(client: &Client, id: &str, clusters: usize, image: &str) -> Vec<Self> {
+        cluster_names(id, clusters)
+            .iter()
+            .map(|name| Self::named(client.clone(), name, id, image))
+            .collect()
+    }
+
+    /// Cluster and namespace `name`, under watch filter `filter`.
+    fn named(client: Client, name: &str, filter: &str, image: &str) -> Self {
         Self {
             client,
-            ns: id.to_string(),
-            cluster: id.to_string(),
-            filter: id.to_string(),
+            ns: name.to_string(),
+            cluster: name.to_string(),
+            filter: filter.to_string(),
             image: image.to_string(),
         }
     }
@@ -197,10 +298,10 @@ impl Workload {
             .collect())
     }
 
-    /// The DockerMachines of the Machines, created in parallel.
-    pub async fn create_docker_machines(&self, uids: &HashMap<String, String>) -> Result<()> {
-        let api = self.docker_machines();
-        let objs = (0..uids.len())
+    /// The DockerMachines of the Machines `uids` (by name), as CAPI's Machine controller would
+    /// leave them, in machine order.
+    fn docker_machine_objects(&self, uids: &HashMap<String, String>) -> Result<Vec<DynamicObject>> {
+        (0..uids.len())
             .map(|i| {
                 let name = self.machine_name(i);
                 let uid = uids
@@ -219,16 +320,7 @@ impl Workload {
                     "spec": {"customImage": self.image}
                 }))
             })
-            .collect::<Result<Vec<_>>>()?;
-        stream::iter(objs)
-            .map(|o| {
-                let api = api.clone();
-                async move { api.create(&PostParams::default(), &o).await }
-            })
-            .buffer_unordered(CLIENT_PARALLELISM)
-            .try_collect::<Vec<_>>()
-            .await?;
-        Ok(())
+            .collect()
     }
 
     /// Deletes every object of `api` in the namespace with one request and waits until none is
@@ -236,17 +328,7 @@ impl Workload {
     pub async fn delete_all(&self, api: &Api<DynamicObject>, timeout: Duration) -> Result<()> {
         api.delete_collection(&DeleteParams::background(), &ListParams::default())
             .await?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = api.list_metadata(&ListParams::default()).await?.items.len();
-            if left == 0 {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                bail!("{left} objects left after {timeout:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_empty(api, &ListParams::default(), timeout).await
     }
 
     /// Everything the run created, also after a failure: what is still there after a grace
@@ -291,6 +373,115 @@ impl Workload {
         let _ = Api::<Namespace>::all(self.client.clone())
             .delete(&self.ns, &DeleteParams::default())
             .await;
+    }
+}
+
+/// An API that sees the DockerMachines of every Workload in `ws`, and the selector of `ws`'s run
+/// among them (the watch-filter label all of them carry): one watch or list sees every
+/// Cluster's. One Workload keeps to its namespace, as the one-Cluster load always did; several
+/// take every namespace.
+fn run_docker_machines(ws: &[Workload]) -> Result<(Api<DynamicObject>, String)> {
+    let first = ws.first().context("a load without a Cluster")?;
+    let api = if ws.len() == 1 {
+        first.docker_machines()
+    } else {
+        Api::all_with(
+            first.client.clone(),
+            &resource(INFRA, "DockerMachine", "dockermachines"),
+        )
+    };
+    Ok((
+        api,
+        format!("cluster.x-k8s.io/watch-filter={}", first.filter),
+    ))
+}
+
+/// The DockerMachines of every Workload's Machines (`uids[k]`: Workload k's, by name), created
+/// in parallel. The Clusters take turns (each one's first machine, then each one's second, ...),
+/// so that no Cluster's machines wait behind another's, and at most [`CLIENT_PARALLELISM`]
+/// creates are in flight in all, as with one Cluster.
+pub async fn create_docker_machines(
+    ws: &[Workload],
+    uids: &[HashMap<String, String>],
+) -> Result<()> {
+    if ws.len() != uids.len() {
+        bail!("{} Clusters but Machines of {}", ws.len(), uids.len());
+    }
+    let per_cluster = ws
+        .iter()
+        .zip(uids)
+        .map(|(w, u)| {
+            let api = w.docker_machines();
+            Ok(w.docker_machine_objects(u)?
+                .into_iter()
+                .map(|o| (api.clone(), o))
+                .collect())
+        })
+        .collect::<Result<Vec<Vec<_>>>>()?;
+    stream::iter(take_turns(per_cluster))
+        .map(|(api, o)| async move { api.create(&PostParams::default(), &o).await })
+        .buffer_unordered(CLIENT_PARALLELISM)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// The lists' items taking turns: the first of each list, then the second of each, ...
+pub fn take_turns<T>(lists: Vec<Vec<T>>) -> Vec<T> {
+    let total = lists.iter().map(Vec::len).sum();
+    let mut iters: Vec<_> = lists.into_iter().map(Vec::into_iter).collect();
+    let mut out = Vec::with_capacity(total);
+    while out.len() < total {
+        out.extend(iters.iter_mut().filter_map(Iterator::next));
+    }
+    out
+}
+
+/// Waits until `n` DockerMachines of `ws`'s run, in any of its namespaces, satisfy `done` (see
+/// [`wait_all`]): one watch, so that every machine is timed from the same start.
+pub async fn wait_docker_machines(
+    ws: &[Workload],
+    n: usize,
+    stall: Duration,
+    done: impl Fn(&DynamicObject) -> bool,
+) -> Result<BTreeMap<String, Duration>> {
+    let (api, selector) = run_docker_machines(ws)?;
+    wait_watched(
+        &api,
+        watcher::Config::default().labels(&selector),
+        n,
+        stall,
+        done,
+    )
+    .await
+}
+
+/// Deletes the DockerMachines of every Workload (one request per namespace, all at once) and
+/// waits until none of the run's is left in any namespace (one list each time, by the watch
+/// filter, rather than one per namespace).
+pub async fn delete_docker_machines(ws: &[Workload], timeout: Duration) -> Result<()> {
+    futures::future::try_join_all(ws.iter().map(|w| async move {
+        w.docker_machines()
+            .delete_collection(&DeleteParams::background(), &ListParams::default())
+            .await
+    }))
+    .await?;
+    let (api, selector) = run_docker_machines(ws)?;
+    wait_empty(&api, &ListParams::default().labels(&selector), timeout).await
+}
+
+/// Waits until `api` lists nothing that `lp` selects.
+async fn wait_empty(api: &Api<DynamicObject>, lp: &ListParams, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = api.list_metadata(lp).await?.items.len();
+        if left == 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{left} objects left after {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -397,10 +588,21 @@ pub async fn wait_all(
     stall: Duration,
     done: impl Fn(&DynamicObject) -> bool,
 ) -> Result<BTreeMap<String, Duration>> {
+    wait_watched(api, watcher::Config::default(), n, stall, done).await
+}
+
+/// [`wait_all`] over the objects a watch of `api` with `config` sees.
+async fn wait_watched(
+    api: &Api<DynamicObject>,
+    config: watcher::Config,
+    n: usize,
+    stall: Duration,
+    done: impl Fn(&DynamicObject) -> bool,
+) -> Result<BTreeMap<String, Duration>> {
     let start = Instant::now();
     let mut seen = BTreeMap::new();
     let mut progress = Progress::new(stall);
-    let events = watcher(api.clone(), watcher::Config::default()).applied_objects();
+    let events = watcher(api.clone(), config).applied_objects();
     let mut events = std::pin::pin!(events);
     while seen.len() < n {
         let Ok(event) = tokio::time::timeout(progress.left(), events.try_next()).await else {
@@ -424,6 +626,74 @@ pub async fn wait_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn machines_spread_evenly_with_the_remainder_on_the_first_clusters() {
+        let split = |n, clusters| LightLoad { n, clusters }.split();
+        assert_eq!(split(100, 10), [10; 10]);
+        assert_eq!(split(10, 4), [3, 3, 2, 2]);
+        assert_eq!(split(103, 10), [11, 11, 11, 10, 10, 10, 10, 10, 10, 10]);
+        assert_eq!(split(7, 1), [7]);
+        assert_eq!(split(3, 3), [1, 1, 1]);
+        for (n, k) in [(500, 10), (499, 7), (1, 1), (64, 63)] {
+            let s = split(n, k);
+            assert_eq!(s.len(), k);
+            assert_eq!(s.iter().sum::<usize>(), n, "{n} over {k}: {s:?}");
+            assert!(
+                s.windows(2).all(|w| w[0] >= w[1] && w[0] - w[1] <= 1),
+                "{s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn light_loads_parse_as_n_or_clusters_k_n_and_bad_ones_say_why() {
+        assert_eq!(LightLoad::parse("100").unwrap(), LightLoad::one(100));
+        assert_eq!(
+            LightLoad::parse("clusters:10:100").unwrap(),
+            LightLoad {
+                n: 100,
+                clusters: 10
+            }
+        );
+        assert_eq!(
+            LightLoad::parse("clusters:1:100").unwrap(),
+            LightLoad::one(100),
+            "one Cluster is the plain load"
+        );
+        let err = |s: &str| LightLoad::parse(s).unwrap_err().to_string();
+        assert_eq!(
+            err("clusters:0:10"),
+            "light load \"clusters:0:10\": at least 1 Cluster"
+        );
+        assert_eq!(err("0"), "light load \"0\": at least 1 machine");
+        assert_eq!(
+            err("clusters:10:5"),
+            "light load \"clusters:10:5\": fewer machines (5) than Clusters (10); each Cluster needs one"
+        );
+        assert!(err("clusters:10").contains("want N or clusters:K:N"));
+        assert!(err("pods:10:100").contains("want N or clusters:K:N"));
+        assert!(
+            err("clusters:x:100").contains("Cluster count \"x\""),
+            "{}",
+            err("clusters:x:100")
+        );
+        assert!(err("-5").contains("N \"-5\""), "{}", err("-5"));
+
+        assert_eq!(LightLoad::one(100).to_string(), "100");
+        assert_eq!(LightLoad::one(100).spread(), None);
+        let spread = LightLoad::parse("clusters:10:100").unwrap();
+        assert_eq!(spread.to_string(), "100 over 10 clusters");
+        assert_eq!(spread.spread(), Some(10));
+    }
+
+    #[test]
+    fn the_clusters_take_turns_and_nothing_is_lost() {
+        let lists = vec![vec!["a0", "a1", "a2"], vec!["b0"], vec!["c0", "c1"]];
+        assert_eq!(take_turns(lists), ["a0", "b0", "c0", "a1", "c1", "a2"]);
+        assert!(take_turns(Vec::<Vec<u8>>::new()).is_empty());
+        assert_eq!(take_turns(vec![vec![1, 2], vec![]]), [1, 2]);
+    }
 
     #[test]
     fn only_a_higher_count_restarts_the_stall_clock() {

@@ -5,6 +5,8 @@ use std::{collections::BTreeMap, path::Path};
 use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use super::{nodes::NodeShape, objects::LightLoad};
+
 pub const CAPD_RS: &str = "capd-rs";
 pub const UPSTREAM: &str = "upstream";
 pub const FLOOR: &str = "floor";
@@ -23,7 +25,7 @@ const PLANE_PROCESSES: [&str; 5] = [
 
 /// N light machines, bootstrapped from a prepared Secret (the default workload).
 pub const LIGHT: &str = "light";
-/// One control plane and two workers of real Kubernetes nodes, to all Nodes Ready.
+/// Real Kubernetes nodes, control planes and workers ([`Run::node_shape`]), to all Nodes Ready.
 pub const NODES: &str = "nodes";
 /// N in-memory machines in one cluster (1 control plane + N-1 workers), to all Machines Running.
 pub const IN_MEMORY: &str = "in-memory";
@@ -46,6 +48,15 @@ pub struct Run {
     #[serde(default = "light")]
     pub workload: String,
     pub n: usize,
+    /// Light loads spread over several Clusters, each in a namespace of its own: how many (none:
+    /// one Cluster, the plain light load, as in every run recorded before). See
+    /// [`Run::light_load`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<usize>,
+    /// Real nodes: how many of the N were control planes, the rest workers (none: 1, the only
+    /// shape recorded before there were others). See [`Run::node_shape`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_planes: Option<usize>,
     /// Which round of this load (0 when the bench ran one).
     #[serde(default)]
     pub round: usize,
@@ -124,6 +135,23 @@ impl Run {
             p50_s: percentile(&secs, 50.0),
             p95_s: percentile(&secs, 95.0),
             ..Default::default()
+        }
+    }
+
+    /// The light load this run is a row of: its N and its Clusters.
+    pub fn light_load(&self) -> LightLoad {
+        LightLoad {
+            n: self.n,
+            clusters: self.clusters.unwrap_or(1),
+        }
+    }
+
+    /// The real-node shape of this run (meaningful for [`NODES`] runs only).
+    pub fn node_shape(&self) -> NodeShape {
+        let control_planes = self.control_planes.unwrap_or(1);
+        NodeShape {
+            control_planes,
+            workers: self.n.saturating_sub(control_planes),
         }
     }
 
@@ -250,19 +278,27 @@ impl Ratio {
 }
 
 impl Report {
-    /// The light-workload run of `subject` at `n`: of several rounds, the median one by time
-    /// to provision (the lower of the two middle ones for an even count).
-    pub fn run(&self, subject: &str, n: usize) -> Option<&Run> {
-        let rounds = self.rounds(subject, n);
+    /// The light-workload run of `subject` at `load` (a bare N: in one Cluster): of several
+    /// rounds, the median one by time to provision (the lower of the two middle ones for an even
+    /// count).
+    pub fn run(&self, subject: &str, load: impl Into<LightLoad>) -> Option<&Run> {
+        let rounds = self.rounds(subject, load);
         rounds.get(rounds.len().saturating_sub(1) / 2).copied()
     }
 
-    /// `f(a) / f(b)` for every round in which both `a` and `b` ran the light load at `n`, in
+    /// `f(a) / f(b)` for every round in which both `a` and `b` ran the light load `load`, in
     /// round order: the pairs a ratio is computed from.
-    pub fn paired(&self, a: &str, b: &str, n: usize, f: impl Fn(&Run) -> f64) -> Vec<f64> {
+    pub fn paired(
+        &self,
+        a: &str,
+        b: &str,
+        load: impl Into<LightLoad>,
+        f: impl Fn(&Run) -> f64,
+    ) -> Vec<f64> {
+        let load = load.into();
         let of = |s: &str| -> BTreeMap<usize, &Run> {
             self.light()
-                .filter(|r| r.subject == s && r.n == n)
+                .filter(|r| r.subject == s && r.light_load() == load)
                 .map(|r| (r.round, r))
                 .collect()
         };
@@ -273,11 +309,12 @@ impl Report {
             .collect()
     }
 
-    /// Every round of `subject` at `n`, fastest first.
-    pub fn rounds(&self, subject: &str, n: usize) -> Vec<&Run> {
+    /// Every round of `subject` at `load`, fastest first.
+    pub fn rounds(&self, subject: &str, load: impl Into<LightLoad>) -> Vec<&Run> {
+        let load = load.into();
         let mut v: Vec<&Run> = self
             .light()
-            .filter(|r| r.subject == subject && r.n == n)
+            .filter(|r| r.subject == subject && r.light_load() == load)
             .collect();
         v.sort_by(|a, b| a.provision_s.total_cmp(&b.provision_s));
         v
@@ -294,18 +331,50 @@ impl Report {
         self.runs.iter().filter(|r| !is_in_memory(r))
     }
 
-    /// The real-node run of `subject`.
-    pub fn nodes_run(&self, subject: &str) -> Option<&Run> {
+    /// The real-node run of `subject` in `shape`.
+    pub fn nodes_run(&self, subject: &str, shape: NodeShape) -> Option<&Run> {
         self.runs
             .iter()
-            .find(|r| r.subject == subject && r.workload == NODES)
+            .find(|r| r.subject == subject && r.workload == NODES && r.node_shape() == shape)
     }
 
-    fn ns(&self) -> Vec<usize> {
-        let mut ns: Vec<usize> = self.light().map(|r| r.n).collect();
-        ns.sort_unstable();
-        ns.dedup();
-        ns
+    /// The real-node shapes run, in the order first run.
+    fn node_shapes(&self) -> Vec<NodeShape> {
+        let mut shapes: Vec<NodeShape> = Vec::new();
+        for r in self.runs.iter().filter(|r| r.workload == NODES) {
+            if !shapes.contains(&r.node_shape()) {
+                shapes.push(r.node_shape());
+            }
+        }
+        shapes
+    }
+
+    /// Every light load run, one row each: the one-Cluster loads by N, then each spread (by its
+    /// Clusters) by N, so that N machines in one Cluster and over ten are rows of their own.
+    fn loads(&self) -> Vec<LightLoad> {
+        let mut loads: Vec<LightLoad> = self.light().map(Run::light_load).collect();
+        loads.sort_unstable_by_key(|l| (l.clusters, l.n));
+        loads.dedup();
+        loads
+    }
+
+    /// The loads of each Cluster count, by N: the series a line over N is fitted or drawn
+    /// through (N machines in one Cluster and over ten are not points of one line).
+    fn series(&self) -> Vec<Vec<LightLoad>> {
+        let mut out: Vec<Vec<LightLoad>> = Vec::new();
+        for load in self.loads() {
+            match out.last_mut() {
+                Some(s) if s[0].clusters == load.clusters => s.push(load),
+                _ => out.push(vec![load]),
+            }
+        }
+        out
+    }
+
+    /// The load the sections about one load show (CPU by process, requests by verb, the
+    /// timeline): the largest N of the first series, the one-Cluster load when it ran.
+    fn headline(&self) -> Option<LightLoad> {
+        self.series().first().and_then(|s| s.last()).copied()
     }
 
     /// The issue's goals, for the N this report has.
@@ -324,20 +393,22 @@ impl Report {
             ("provision time", |r| r.provision_s),
             ("median machine", |r| r.p50_s),
         ];
-        for n in self.ns().into_iter().filter(|n| *n >= 10) {
+        // A spread load is held to the same goals as one Cluster of the same N.
+        for load in self.loads().into_iter().filter(|l| l.n >= 10) {
+            let n = load.n;
             for (what, f) in machines {
-                let vs_upstream = self.paired(CAPD_RS, UPSTREAM, n, f);
+                let vs_upstream = self.paired(CAPD_RS, UPSTREAM, load, f);
                 if n >= 50 && !vs_upstream.is_empty() {
-                    let floor = self.paired(FLOOR, UPSTREAM, n, f);
+                    let floor = self.paired(FLOOR, UPSTREAM, load, f);
                     out.push(Ratio {
                         reachable: (!floor.is_empty()).then(|| median(&floor)),
-                        ..Ratio::paired(format!("{what} vs upstream, N={n}"), &vs_upstream, 0.55)
+                        ..Ratio::paired(format!("{what} vs upstream, N={load}"), &vs_upstream, 0.55)
                     });
                 }
-                let vs_floor = self.paired(CAPD_RS, FLOOR, n, f);
+                let vs_floor = self.paired(CAPD_RS, FLOOR, load, f);
                 if !vs_floor.is_empty() {
                     out.push(Ratio::paired(
-                        format!("{what} vs floor, N={n}"),
+                        format!("{what} vs floor, N={load}"),
                         &vs_floor,
                         1.15,
                     ));
@@ -351,10 +422,10 @@ impl Report {
                     .map(|p| r.host_cpu_s.get(*p).copied().unwrap_or(0.0))
                     .sum::<f64>()
             };
-            let vs_upstream = self.paired(CAPD_RS, UPSTREAM, n, plane);
+            let vs_upstream = self.paired(CAPD_RS, UPSTREAM, load, plane);
             if n >= 50 && !vs_upstream.is_empty() {
                 out.push(Ratio::paired(
-                    format!("API server + etcd + CAPI CPU vs upstream, N={n}"),
+                    format!("API server + etcd + CAPI CPU vs upstream, N={load}"),
                     &vs_upstream,
                     0.3,
                 ));
@@ -362,12 +433,12 @@ impl Report {
             // Not a ratio: requests per machine, at most four at every N.
             let per_machine: Vec<f64> = self
                 .light()
-                .filter(|r| r.subject == CAPD_RS && r.n == n)
+                .filter(|r| r.subject == CAPD_RS && r.light_load() == load)
                 .filter_map(|r| r.requests().map(|a| r.per_machine(a)))
                 .collect();
             if !per_machine.is_empty() {
                 out.push(Ratio::paired(
-                    format!("API requests per machine (a count), N={n}"),
+                    format!("API requests per machine (a count), N={load}"),
                     &per_machine,
                     4.0,
                 ));
@@ -414,22 +485,28 @@ impl Report {
                 1.0 / 3.0,
             ));
         }
-        // Flat: requests per machine at the largest N against the smallest N of at least 10.
-        let ours: Vec<&Run> = self
-            .ns()
-            .into_iter()
-            .filter(|n| *n >= 10)
-            .filter_map(|n| self.run(CAPD_RS, n))
-            .collect();
-        if let (Some(lo), Some(hi)) = (ours.first(), ours.last())
-            && let (Some(a), Some(b)) = (hi.requests(), lo.requests())
-        {
-            out.push(ratio(
-                format!("API requests per machine, N={} vs N={}", hi.n, lo.n),
-                hi.per_machine(a),
-                lo.per_machine(b),
-                1.1,
-            ));
+        // Flat: requests per machine at the largest N against the smallest N of at least 10,
+        // within each series (the same Clusters).
+        for series in self.series() {
+            let ours: Vec<&Run> = series
+                .into_iter()
+                .filter(|l| l.n >= 10)
+                .filter_map(|l| self.run(CAPD_RS, l))
+                .collect();
+            if let (Some(lo), Some(hi)) = (ours.first(), ours.last())
+                && let (Some(a), Some(b)) = (hi.requests(), lo.requests())
+            {
+                out.push(ratio(
+                    format!(
+                        "API requests per machine, N={} vs N={}",
+                        hi.light_load(),
+                        lo.light_load()
+                    ),
+                    hi.per_machine(a),
+                    lo.per_machine(b),
+                    1.1,
+                ));
+            }
         }
         out.extend(self.in_memory_ratios());
         out
@@ -511,10 +588,10 @@ impl Report {
         out
     }
 
-    /// What each manager's API requests while provisioning were, per machine, at the largest
-    /// light N: the most frequent first.
+    /// What each manager's API requests while provisioning were, per machine, at the
+    /// [`Report::headline`] load: the most frequent first.
     fn requests_by_markdown(&self) -> String {
-        let Some(&n) = self.ns().last() else {
+        let Some(n) = self.headline() else {
             return String::new();
         };
         let mut out = String::new();
@@ -540,9 +617,10 @@ impl Report {
         out
     }
 
-    /// The light runs at the largest N that have a timeline (each subject's median round).
+    /// The light runs of the [`Report::headline`] load that have a timeline (each subject's
+    /// median round).
     fn timelines(&self) -> Vec<&Run> {
-        let Some(&n) = self.ns().last() else {
+        let Some(n) = self.headline() else {
             return Vec::new();
         };
         [FLOOR, CAPD_RS, UPSTREAM]
@@ -552,8 +630,8 @@ impl Report {
             .collect()
     }
 
-    /// Where the machines' time went at the largest N: each phase's median, and the phases of
-    /// the last machine reported.
+    /// Where the machines' time went at the [`Report::headline`] load: each phase's median, and
+    /// the phases of the last machine reported.
     fn timeline_markdown(&self) -> String {
         let runs = self.timelines();
         let Some(first) = runs.first() else {
@@ -562,7 +640,7 @@ impl Report {
         let mut s = format!(
             "\nWhere each machine's time went at N={} (seconds; from the first create to its container started, its bootstrap began, the bootstrap ran, the provider reported it), the median of each phase and the last machine's:\n\n\
              | subject | {} | last machine |\n|---|---:|---:|---:|---:|---|\n",
-            first.n,
+            first.light_load(),
             super::timeline::PHASES.join(" | ")
         );
         for r in runs {
@@ -618,10 +696,11 @@ impl Report {
         )
     }
 
-    /// The table of `docs/performance.md`: one row per N and subject.
+    /// The table of `docs/performance.md`: one row per light load and subject (N in one
+    /// Cluster, and N over K Clusters, each a row of its own).
     pub fn markdown(&self) -> String {
         // The light table, when there are light runs (a bench of other loads only has none).
-        let mut s = if self.ns().is_empty() {
+        let mut s = if self.loads().is_empty() {
             String::new()
         } else {
             String::from(
@@ -631,7 +710,7 @@ impl Report {
         };
         let opt =
             |v: Option<f64>, prec: usize| v.map_or("–".to_string(), |v| format!("{v:.prec$}"));
-        for n in self.ns() {
+        for n in self.loads() {
             for subject in [CAPD_RS, UPSTREAM, FLOOR] {
                 let Some(r) = self.run(subject, n) else {
                     continue;
@@ -651,7 +730,7 @@ impl Report {
                 ));
             }
         }
-        if let Some(&n) = self.ns().last() {
+        if let Some(n) = self.headline() {
             let runs: Vec<&Run> = [CAPD_RS, UPSTREAM, FLOOR]
                 .iter()
                 .filter_map(|s| self.run(s, n))
@@ -690,39 +769,7 @@ impl Report {
         s.push_str(&self.errors_markdown());
         s.push_str(&self.rounds_markdown());
         s.push_str(&self.in_memory_markdown());
-        let nodes: Vec<&Run> = [CAPD_RS, UPSTREAM]
-            .iter()
-            .filter_map(|s| self.nodes_run(s))
-            .collect();
-        if let (Some(ours), Some(up)) = (self.nodes_run(CAPD_RS), self.nodes_run(UPSTREAM)) {
-            // No goal: the time is the nodes' (systemd, kubeadm, the kubelet), mostly.
-            s.push_str(&format!(
-                "\nReal nodes, all Ready: capd-rs {:.2}× upstream's time.\n",
-                ours.provision_s / up.provision_s.max(f64::MIN_POSITIVE)
-            ));
-        }
-        if !nodes.is_empty() {
-            s.push_str(
-                "\nReal nodes, 1 control plane + 2 workers (`clusterctl generate cluster` from the default template):\n\n\
-                 | subject | all Nodes Ready s | first / median Node Ready s | Cluster deleted s | peak RSS MiB | CPU s (provision / total) | API requests | Docker calls |\n\
-                 |---|---:|---:|---:|---:|---:|---:|---:|\n",
-            );
-            for r in nodes {
-                s.push_str(&format!(
-                    "| {} | {:.1} | {} / {:.1} | {:.1} | {} | {} / {} | {} | {} |\n",
-                    r.subject,
-                    r.provision_s,
-                    opt(r.first_s, 1),
-                    r.p50_s,
-                    r.delete_s,
-                    opt(r.peak_rss_mib, 1),
-                    opt(r.provision_cpu_s, 2),
-                    opt(r.total_cpu_s, 2),
-                    r.requests().map_or("–".into(), |a| a.to_string()),
-                    r.docker_calls_total(),
-                ));
-            }
-        }
+        s.push_str(&self.nodes_markdown());
         if !self.images.is_empty() {
             s.push_str("\nManager images: ");
             let parts: Vec<String> = self
@@ -752,12 +799,58 @@ impl Report {
         s
     }
 
+    /// The real-node table, one row per shape and subject, and capd-rs's time over upstream's
+    /// for each shape both ran. No goal: the time is the nodes' (systemd, kubeadm, the
+    /// kubelet), mostly.
+    fn nodes_markdown(&self) -> String {
+        let opt =
+            |v: Option<f64>, prec: usize| v.map_or("–".to_string(), |v| format!("{v:.prec$}"));
+        let (mut rows, mut ratios) = (String::new(), String::new());
+        for shape in self.node_shapes() {
+            if let (Some(ours), Some(up)) = (
+                self.nodes_run(CAPD_RS, shape),
+                self.nodes_run(UPSTREAM, shape),
+            ) {
+                ratios.push_str(&format!(
+                    "\nReal nodes {shape}, all Ready: capd-rs {:.2}× upstream's time.\n",
+                    ours.provision_s / up.provision_s.max(f64::MIN_POSITIVE)
+                ));
+            }
+            for r in [CAPD_RS, UPSTREAM]
+                .iter()
+                .filter_map(|s| self.nodes_run(s, shape))
+            {
+                rows.push_str(&format!(
+                    "| {shape} | {} | {:.1} | {} / {:.1} | {:.1} | {} | {} / {} | {} | {} |\n",
+                    r.subject,
+                    r.provision_s,
+                    opt(r.first_s, 1),
+                    r.p50_s,
+                    r.delete_s,
+                    opt(r.peak_rss_mib, 1),
+                    opt(r.provision_cpu_s, 2),
+                    opt(r.total_cpu_s, 2),
+                    r.requests().map_or("–".into(), |a| a.to_string()),
+                    r.docker_calls_total(),
+                ));
+            }
+        }
+        if rows.is_empty() {
+            return rows;
+        }
+        format!(
+            "{ratios}\nReal nodes, control planes + workers (`clusterctl generate cluster` from the default template):\n\n\
+             | shape | subject | all Nodes Ready s | first / median Node Ready s | Cluster deleted s | peak RSS MiB | CPU s (provision / total) | API requests | Docker calls |\n\
+             |---|---|---:|---:|---:|---:|---:|---:|---:|\n{rows}"
+        )
+    }
+
     /// capd-rs against upstream and the floor, round by round: the last, median and 95th
     /// percentile machine, each the median of the rounds' own ratios with their range. The last
     /// machine alone hides how the others finish. Empty without a pair.
     fn paired_markdown(&self) -> String {
         let mut rows = String::new();
-        for n in self.ns() {
+        for n in self.loads() {
             for other in [UPSTREAM, FLOOR] {
                 let cell = |f: fn(&Run) -> f64| {
                     let v = self.paired(CAPD_RS, other, n, f);
@@ -788,15 +881,16 @@ impl Report {
         )
     }
 
-    /// Peak RSS as a line over N, per subject (least squares over its median rounds): the fixed
-    /// baseline and what each machine adds. One N: nothing to fit.
+    /// Peak RSS as a line over N, per subject (least squares over its median rounds of the
+    /// first series, the one-Cluster loads when they ran): the fixed baseline and what each
+    /// machine adds. One N: nothing to fit.
     pub fn rss_lines(&self) -> Vec<(String, f64, f64)> {
         let mut out = Vec::new();
+        let series = self.series().into_iter().next().unwrap_or_default();
         for subject in [CAPD_RS, UPSTREAM] {
-            let pts: Vec<(f64, f64)> = self
-                .ns()
-                .into_iter()
-                .filter_map(|n| self.run(subject, n))
+            let pts: Vec<(f64, f64)> = series
+                .iter()
+                .filter_map(|n| self.run(subject, *n))
                 .filter_map(|r| r.peak_rss_mib.map(|m| (r.n as f64, m)))
                 .collect();
             if pts.len() < 2 {
@@ -821,7 +915,7 @@ impl Report {
     /// retries errors pays for them in its time and its requests.
     fn errors_markdown(&self) -> String {
         let mut parts = Vec::new();
-        for n in self.ns() {
+        for n in self.loads() {
             let of: Vec<String> = [CAPD_RS, UPSTREAM]
                 .iter()
                 .filter_map(|s| {
@@ -873,7 +967,7 @@ impl Report {
         for r in self.light() {
             s.push_str(&format!(
                 "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1} |\n",
-                r.n,
+                r.light_load(),
                 r.round + 1,
                 r.subject,
                 r.after.as_deref().unwrap_or("–"),
@@ -885,7 +979,8 @@ impl Report {
         s
     }
 
-    /// Time to all provisioned against N, one line per subject (its median round).
+    /// Time to all provisioned against N, one line per subject (its median round) and series:
+    /// a spread load's line thinner, with triangles.
     pub fn plot(&self, png: &Path, font: &Path) -> Result<(), Box<dyn std::error::Error>> {
         let font_bytes = std::fs::read(font).map_err(|e| format!("{}: {e}", font.display()))?;
         let font_bytes: &'static [u8] = Box::leak(font_bytes.into_boxed_slice());
@@ -893,7 +988,7 @@ impl Report {
             .map_err(|_| "cannot load the font")?;
         let root = BitMapBackend::new(png, (900, 560)).into_drawing_area();
         root.fill(&WHITE)?;
-        let max_n = self.ns().last().copied().unwrap_or(1) as f64;
+        let max_n = self.loads().iter().map(|l| l.n).max().unwrap_or(1) as f64;
         let max_t = self.light().map(|r| r.provision_s).fold(1.0, f64::max) * 1.1;
         let mut chart = ChartBuilder::on(&root)
             .caption(
@@ -910,23 +1005,39 @@ impl Report {
             .y_desc("seconds")
             .label_style(("sans-serif", 15))
             .draw()?;
-        for (subject, color) in [(CAPD_RS, BLUE), (UPSTREAM, RED), (FLOOR, BLACK)] {
-            let pts: Vec<(f64, f64)> = self
-                .ns()
-                .into_iter()
-                .filter_map(|n| self.run(subject, n))
-                .map(|r| (r.n as f64, r.provision_s))
-                .collect();
-            if pts.is_empty() {
-                continue;
+        for series in self.series() {
+            let clusters = series[0].clusters;
+            let width = if clusters == 1 { 2 } else { 1 };
+            for (subject, color) in [(CAPD_RS, BLUE), (UPSTREAM, RED), (FLOOR, BLACK)] {
+                let pts: Vec<(f64, f64)> = series
+                    .iter()
+                    .filter_map(|n| self.run(subject, *n))
+                    .map(|r| (r.n as f64, r.provision_s))
+                    .collect();
+                if pts.is_empty() {
+                    continue;
+                }
+                let label = if clusters == 1 {
+                    subject.to_string()
+                } else {
+                    format!("{subject}, over {clusters} clusters")
+                };
+                chart
+                    .draw_series(LineSeries::new(pts.clone(), color.stroke_width(width)))?
+                    .label(label)
+                    .legend(move |(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width))
+                    });
+                if clusters == 1 {
+                    chart
+                        .draw_series(pts.into_iter().map(|p| Circle::new(p, 4, color.filled())))?;
+                } else {
+                    chart.draw_series(
+                        pts.into_iter()
+                            .map(|p| TriangleMarker::new(p, 5, color.filled())),
+                    )?;
+                }
             }
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
-                .label(subject)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-                });
-            chart.draw_series(pts.into_iter().map(|p| Circle::new(p, 4, color.filled())))?;
         }
         chart
             .configure_series_labels()
@@ -944,7 +1055,7 @@ impl Report {
                 .collect();
             super::timeline::plot(
                 &timeline_png(png),
-                &format!("Each machine's time at N={}", first.n),
+                &format!("Each machine's time at N={}", first.light_load()),
                 &panels,
             )?;
         }
@@ -1089,6 +1200,212 @@ mod tests {
             timeline_png(Path::new("/x/bench.png")),
             Path::new("/x/bench-timeline.png")
         );
+    }
+
+    #[test]
+    fn a_spread_load_is_a_row_and_a_goal_of_its_own_beside_one_cluster_of_the_same_n() {
+        let spread = |subject: &str, n: usize, secs: f64, api: Option<u64>| Run {
+            clusters: Some(10),
+            api_requests_by: api
+                .map(|a| BTreeMap::from([("get secrets".to_string(), a)]))
+                .unwrap_or_default(),
+            ..run(subject, n, secs, None, api)
+        };
+        let report = Report {
+            runs: vec![
+                Run {
+                    api_requests_by: BTreeMap::from([("get secrets".to_string(), 300)]),
+                    ..run(CAPD_RS, 100, 30.0, None, Some(300))
+                },
+                run(UPSTREAM, 100, 60.0, None, None),
+                run(FLOOR, 100, 25.0, None, None),
+                spread(CAPD_RS, 100, 40.0, Some(400)),
+                spread(UPSTREAM, 100, 50.0, None),
+                spread(FLOOR, 100, 20.0, None),
+                spread(CAPD_RS, 200, 90.0, Some(1000)),
+            ],
+            ..Default::default()
+        };
+        let over_10 = LightLoad {
+            n: 100,
+            clusters: 10,
+        };
+        assert_eq!(report.run(CAPD_RS, 100).unwrap().provision_s, 30.0);
+        assert_eq!(report.run(CAPD_RS, over_10).unwrap().provision_s, 40.0);
+        assert_eq!(
+            report.rounds(CAPD_RS, 100).len(),
+            1,
+            "not a round of the spread"
+        );
+        assert_eq!(
+            report.paired(CAPD_RS, UPSTREAM, 100, |r| r.provision_s),
+            [0.5]
+        );
+        assert_eq!(
+            report.paired(CAPD_RS, UPSTREAM, over_10, |r| r.provision_s),
+            [0.8]
+        );
+
+        // The light goals hold the spread load too, each under its own name.
+        let r = report.ratios();
+        assert_eq!(goal(&r, "provision time vs upstream, N=100").value, 0.5);
+        let vs_upstream = goal(&r, "provision time vs upstream, N=100 over 10 clusters");
+        assert_eq!(vs_upstream.value, 0.8);
+        assert_eq!(
+            vs_upstream.reachable,
+            Some(0.4),
+            "the spread floor's 20 / 50"
+        );
+        assert_eq!(vs_upstream.verdict(), "missed");
+        assert_eq!(
+            goal(&r, "provision time vs floor, N=100 over 10 clusters").value,
+            2.0
+        );
+        assert_eq!(
+            goal(
+                &r,
+                "API requests per machine (a count), N=100 over 10 clusters"
+            )
+            .value,
+            4.0
+        );
+        // Flat within the spread series, not from one Cluster's N=100 to ten's N=200.
+        let flat = goal(
+            &r,
+            "API requests per machine, N=200 over 10 clusters vs N=100 over 10 clusters",
+        );
+        assert_eq!(flat.value, 5.0 / 4.0);
+        assert!(
+            r.iter()
+                .all(|g| g.what != "API requests per machine, N=200 over 10 clusters vs N=100"),
+            "{r:?}"
+        );
+
+        let md = report.markdown();
+        let light_rows: Vec<&str> = md
+            .lines()
+            .take_while(|l| !l.is_empty())
+            .filter(|l| l.starts_with("| 1") || l.starts_with("| 2"))
+            .collect();
+        assert_eq!(
+            light_rows
+                .iter()
+                .map(|l| l.split(" | ").take(3).collect::<Vec<_>>().join(" | "))
+                .collect::<Vec<_>>(),
+            [
+                "| 100 | capd-rs | 30.0",
+                "| 100 | upstream | 60.0",
+                "| 100 | floor | 25.0",
+                "| 100 over 10 clusters | capd-rs | 40.0",
+                "| 100 over 10 clusters | upstream | 50.0",
+                "| 100 over 10 clusters | floor | 20.0",
+                "| 200 over 10 clusters | capd-rs | 90.0",
+            ],
+            "{md}"
+        );
+        assert!(
+            md.contains("| 100 over 10 clusters | capd-rs / upstream | 1 | 0.80 (0.80–0.80) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 100 | capd-rs / upstream | 1 | 0.50 (0.50–0.50) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("capd-rs's API requests per machine while N=100 were provisioned (the manager's own counter), by verb and resource: get secrets 3.00."),
+            "the one-Cluster load is the headline: {md}"
+        );
+        assert!(!md.contains("clusters were provisioned"), "{md}");
+    }
+
+    #[test]
+    fn a_run_without_the_new_fields_is_one_cluster_or_one_plus_two_nodes() {
+        // As bench.json held runs before spread loads and node shapes.
+        let old = r#"{"subject": "capd-rs", "workload": "nodes", "n": 3, "provision_s": 48.0,
+            "p50_s": 40.0, "p95_s": 48.0, "delete_s": 10.0, "peak_rss_mib": 16.0,
+            "provision_cpu_s": null, "total_cpu_s": null, "idle_cpu_pct": null,
+            "api_requests": null, "idle_api_requests": null, "docker_calls": {},
+            "idle_docker_calls": 0, "delete_docker_calls": 0}"#;
+        let old: Run = serde_json::from_str(old).unwrap();
+        assert_eq!(old.node_shape(), NodeShape::default());
+        assert_eq!(old.light_load(), LightLoad::one(3));
+        let plain = serde_json::to_value(run(CAPD_RS, 10, 1.0, None, None)).unwrap();
+        assert!(
+            plain.get("clusters").is_none() && plain.get("control_planes").is_none(),
+            "a plain run is written as before: {plain}"
+        );
+        let spread = Run {
+            clusters: Some(10),
+            ..run(CAPD_RS, 100, 1.0, None, None)
+        };
+        let back: Run = serde_json::from_value(serde_json::to_value(&spread).unwrap()).unwrap();
+        assert_eq!(
+            back.light_load(),
+            LightLoad {
+                n: 100,
+                clusters: 10
+            }
+        );
+    }
+
+    #[test]
+    fn each_real_node_shape_is_a_row_of_its_own() {
+        let nodes = |subject: &str, control_planes: Option<usize>, n: usize, secs: f64| Run {
+            workload: NODES.into(),
+            control_planes,
+            ..run(subject, n, secs, None, None)
+        };
+        let report = Report {
+            runs: vec![
+                // Recorded before there were shapes: 1 + 2.
+                nodes(CAPD_RS, None, 3, 48.0),
+                nodes(UPSTREAM, Some(1), 3, 60.0),
+                nodes(CAPD_RS, Some(3), 8, 150.0),
+                nodes(UPSTREAM, Some(3), 8, 200.0),
+            ],
+            ..Default::default()
+        };
+        let three_five = NodeShape {
+            control_planes: 3,
+            workers: 5,
+        };
+        assert_eq!(report.node_shapes(), [NodeShape::default(), three_five]);
+        assert_eq!(
+            report
+                .nodes_run(CAPD_RS, NodeShape::default())
+                .unwrap()
+                .provision_s,
+            48.0
+        );
+        assert_eq!(
+            report.nodes_run(UPSTREAM, three_five).unwrap().provision_s,
+            200.0
+        );
+        let md = report.markdown();
+        let rows: Vec<String> = md
+            .lines()
+            .filter(|l| l.starts_with("| 1+2 |") || l.starts_with("| 3+5 |"))
+            .map(|l| l.split(" | ").take(3).collect::<Vec<_>>().join(" | "))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                "| 1+2 | capd-rs | 48.0",
+                "| 1+2 | upstream | 60.0",
+                "| 3+5 | capd-rs | 150.0",
+                "| 3+5 | upstream | 200.0",
+            ],
+            "{md}"
+        );
+        assert!(
+            md.contains("Real nodes 1+2, all Ready: capd-rs 0.80× upstream's time."),
+            "{md}"
+        );
+        assert!(
+            md.contains("Real nodes 3+5, all Ready: capd-rs 0.75× upstream's time."),
+            "{md}"
+        );
+        assert!(!md.contains("| N | subject |"), "no light table: {md}");
     }
 
     #[test]
