@@ -16,7 +16,7 @@ NODE_IMAGE=${NODE_IMAGE:-capd-rs/node:light}
 
 # --- image recipes: each writes its extra files into the rootfs given as $1 ----------------------
 
-HAPROXY_PACKAGES=haproxy
+HAPROXY_PACKAGES=haproxy,procps
 # A placeholder config so haproxy starts (and holds :6443) before any control-plane backend exists;
 # the provider rewrites this file and signals haproxy to reload it. No `user`/`group` directives:
 # haproxy stays root in the container, as in the upstream image. No `maxconn 100000` (upstream's
@@ -54,6 +54,31 @@ frontend control-plane
 backend kube-apiservers
   option httpchk GET /healthz
 EOF
+  # Then, as kind's own image: distroless. Only haproxy and what upstream CAPD runs in the LB
+  # (mkdir and cp to write haproxy.cfg; kill), with their libraries, /etc/passwd and /etc/group;
+  # no shell, no cat. A provider that needs more fails here as with the image from the registry.
+  local min="$root.min" f p dir target n d
+  rm -rf "$min"; mkdir -p "$min"
+  for d in bin sbin lib lib32 lib64 libx32; do [[ -L $root/$d ]] && cp -a "$root/$d" "$min/$d"; done
+  for f in /usr/sbin/haproxy /usr/bin/cp /usr/bin/mkdir /usr/bin/kill \
+    $(for f in /usr/sbin/haproxy /usr/bin/cp /usr/bin/mkdir /usr/bin/kill; do
+        chroot "$root" ldd "$f" | awk '{for (i = 1; i <= NF; i++) if ($i ~ /^\//) print $i}'
+      done | sort -u) \
+    /etc/passwd /etc/group /usr/local/etc/haproxy/haproxy.cfg; do
+    # The file and every symlink on its way (merged /usr: /lib64/ld-linux... goes through two).
+    p=$f n=0
+    while ((n++ < 16)); do
+      dir=$(chroot "$root" readlink -f "$(dirname "$p")") || return 1
+      p="${dir%/}/$(basename "$p")"
+      (cd "$root" && cp -a --parents ".$p" "$min/") || return 1
+      [[ -L $root$p ]] || break
+      target=$(readlink "$root$p")
+      [[ $target == /* ]] && p=$target || p="$dir/$target"
+    done
+  done
+  mkdir -p "$min/tmp" && chmod 1777 "$min/tmp"
+  find "$root" -mindepth 1 -maxdepth 1 -exec rm -rf --one-file-system {} +
+  cp -a "$min/." "$root/" && rm -rf "$min"
 }
 
 NODE_PACKAGES=bash,coreutils,procps,iproute2,ca-certificates
@@ -73,6 +98,10 @@ check_haproxy() {
   docker rm -f "$name" >/dev/null 2>&1 || true
   docker run --rm --entrypoint haproxy "$HAPROXY_IMAGE" -c -f /usr/local/etc/haproxy/haproxy.cfg >/dev/null ||
     die "haproxy rejects the placeholder config in $HAPROXY_IMAGE"
+  ! docker run --rm --entrypoint /bin/sh "$HAPROXY_IMAGE" -c true >/dev/null 2>&1 ||
+    die "$HAPROXY_IMAGE has a shell; kind's haproxy image has none"
+  docker run --rm --entrypoint mkdir "$HAPROXY_IMAGE" -p /tmp/x >/dev/null ||
+    die "$HAPROXY_IMAGE lacks mkdir, which upstream CAPD runs in it"
   docker run -d --rm --name "$name" --label "$PLANE_LABEL" "$HAPROXY_IMAGE" >/dev/null
   ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$name")
   if ! (wait_for 20 "haproxy on $ip:6443" bash -c "exec 3<>/dev/tcp/$ip/6443"); then
@@ -92,7 +121,8 @@ check_node() {
 }
 
 build_haproxy() {
-  image_current "$HAPROXY_IMAGE" && { log "image $HAPROXY_IMAGE present"; return; }
+  image_current "$HAPROXY_IMAGE" "$(recipe_key "$HAPROXY_PACKAGES" customize_haproxy)" &&
+    { log "image $HAPROXY_IMAGE present"; return; }
   # As upstream's kindest/haproxy: master-worker mode (reload on SIGHUP/SIGUSR2), soft stop on USR1.
   build_image "$HAPROXY_IMAGE" "$HAPROXY_PACKAGES" customize_haproxy \
     '{"Entrypoint":["haproxy","-W","-db","-f","/usr/local/etc/haproxy/haproxy.cfg"],"StopSignal":"SIGUSR1"}'
@@ -100,7 +130,8 @@ build_haproxy() {
 }
 
 build_node() {
-  image_current "$NODE_IMAGE" && { log "image $NODE_IMAGE present"; return; }
+  image_current "$NODE_IMAGE" "$(recipe_key "$NODE_PACKAGES" customize_node)" &&
+    { log "image $NODE_IMAGE present"; return; }
   build_image "$NODE_IMAGE" "$NODE_PACKAGES" customize_node "$NODE_CONFIG"
   check_node
 }

@@ -33,13 +33,19 @@ remove_rootfs() {
   rm -rf --one-file-system "$dir"
 }
 
+# recipe_key <packages> <customize-fn> [extra]: what shapes a rootfs, hashed. Only the function's
+# own text is hashed, not the functions it calls: a recipe keeps its logic inside its function.
+recipe_key() {
+  { echo "$SUITE $1${3:+ $3}"; declare -f "$2"; } | sha256sum | cut -c1-12
+}
+
 # build_rootfs <name> <packages> <customize-fn> [recipe extra]: a debootstrap minbase rootfs with
 # the packages, customized by the function (given the rootfs directory), as a tarball cached in
 # $IMG_CACHE and keyed by everything that shapes it. Sets ROOTFS_TARBALL.
 build_rootfs() {
   local name=$1 pkgs=$2 customize=$3 extra=${4:-}
   local key
-  key=$( { echo "$SUITE $pkgs${extra:+ $extra}"; declare -f "$customize"; } | sha256sum | cut -c1-12)
+  key=$(recipe_key "$pkgs" "$customize" "$extra")
   ROOTFS_TARBALL="$IMG_CACHE/$name-$key.tar"
   if [[ -s $ROOTFS_TARBALL ]]; then log "using cached rootfs $ROOTFS_TARBALL"; return; fi
 
@@ -63,20 +69,28 @@ build_rootfs() {
   log "rootfs $name cached in $ROOTFS_TARBALL ($((SECONDS - t0))s)"
 }
 
-# image_current <tag>: the image is present and carries IMAGE_LABEL. One loaded before that label
-# existed carries the plane's run label instead, so it is loaded again (from its cached rootfs,
-# in seconds).
+# image_current <tag> [recipe key]: the image is present, carries IMAGE_LABEL and (given a key)
+# was built from that recipe. One loaded before that label existed carries the plane's run label
+# instead, and one from another recipe is stale: either is loaded again (from its cached rootfs,
+# in seconds, when only the tag's image is stale).
 image_current() {
-  [[ $(docker image inspect -f "{{index .Config.Labels \"${IMAGE_LABEL%%=*}\"}}" "$1" 2>/dev/null) == "${IMAGE_LABEL#*=}" ]]
+  local labels
+  labels=$(docker image inspect -f '{{json .Config.Labels}}' "$1" 2>/dev/null) || return 1
+  [[ $labels == *"\"${IMAGE_LABEL%%=*}\":\"${IMAGE_LABEL#*=}\""* ]] || return 1
+  [[ -z ${2:-} || $labels == *"\"$IMAGE_RECIPE_LABEL\":\"$2\""* ]]
 }
 
+# The label a built image carries its recipe key in.
+IMAGE_RECIPE_LABEL=capd-rs.image/recipe
+
 # build_image <tag> <packages> <customize-fn> <image config JSON (Entrypoint/Cmd/StopSignal...)>:
-# a one-layer image from build_rootfs, unless the tag is present.
+# a one-layer image from build_rootfs, unless the tag's image is current with this recipe.
 build_image() {
-  local tag=$1 pkgs=$2 customize=$3 config=$4
-  if image_current "$tag"; then log "image $tag present"; return 0; fi
+  local tag=$1 pkgs=$2 customize=$3 config=$4 key
+  key=$(recipe_key "$pkgs" "$customize")
+  if image_current "$tag" "$key"; then log "image $tag present"; return 0; fi
   build_rootfs "${tag//[\/:]/_}" "$pkgs" "$customize"
-  load_archive "$tag" "$config" "$ROOTFS_TARBALL"
+  RECIPE=$key load_archive "$tag" "$config" "$ROOTFS_TARBALL"
   log "loaded $tag"
 }
 
@@ -92,7 +106,7 @@ load_archive() {
     ln "$layer" "$stage/layer$i.tar" 2>/dev/null || cp "$layer" "$stage/layer$i.tar"
     i=$((i + 1))
   done
-  TAG=$tag LABEL=$IMAGE_LABEL CONFIG=$config STAGE=$stage NEWEST=$(ls -t "$@" | head -1) python3 - <<'PY' ||
+  TAG=$tag LABEL=$IMAGE_LABEL RECIPE=${RECIPE:-} RECIPE_LABEL=$IMAGE_RECIPE_LABEL CONFIG=$config STAGE=$stage NEWEST=$(ls -t "$@" | head -1) python3 - <<'PY' ||
 import datetime, hashlib, json, os
 stage = os.environ["STAGE"]
 layers = sorted((f for f in os.listdir(stage) if f.startswith("layer")), key=lambda f: int(f[5:-4]))
@@ -108,6 +122,8 @@ created = created.strftime("%Y-%m-%dT%H:%M:%SZ")
 cfg = json.loads(os.environ["CONFIG"])
 key, _, val = os.environ["LABEL"].partition("=")
 cfg.setdefault("Labels", {})[key] = val
+if os.environ.get("RECIPE"):
+    cfg["Labels"][os.environ["RECIPE_LABEL"]] = os.environ["RECIPE"]
 cfg.setdefault("Env", ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
 image = {
     "architecture": "amd64", "os": "linux", "created": created, "config": cfg,

@@ -26,9 +26,7 @@ fn node_spec() -> serde_json::Value {
 
 async fn haproxy_cfg(lb: &str) -> String {
     let docker = docker().await;
-    exec(&docker, lb, "cat /usr/local/etc/haproxy/haproxy.cfg")
-        .await
-        .1
+    lb_config(&docker, lb).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

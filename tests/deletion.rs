@@ -109,9 +109,8 @@ async fn finalizers_first_and_kept_while_docker_is_down() {
         .await;
         assert!(dm.finalizers().iter().any(|f| f == DM_FINALIZER));
         eventually(LONG, "CP backend in haproxy.cfg", || async {
-            exec(&docker, &lb, "cat /usr/local/etc/haproxy/haproxy.cfg")
+            lb_config(&docker, &lb)
                 .await
-                .1
                 .contains(&format!("server {cp} "))
                 .then_some(())
         })
@@ -176,9 +175,8 @@ async fn finalizers_first_and_kept_while_docker_is_down() {
             "the LB was reloaded without {cp} before {cp} was destroyed: {events:?}"
         );
         assert!(
-            !exec(&docker, &lb, "cat /usr/local/etc/haproxy/haproxy.cfg")
+            !lb_config(&docker, &lb)
                 .await
-                .1
                 .contains(&format!("server {cp} "))
         );
 

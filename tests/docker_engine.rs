@@ -1199,20 +1199,55 @@ fn vm_rss_kib() -> u64 {
         .expect("VmRSS in /proc/self/status")
 }
 
+/// An image of 120 MiB that does not compress (one file of pseudo-random bytes), imported once.
+const BIG: &str = "capd-rs-test/big:1";
+
+async fn ensure_big_image() {
+    let docker = raw_docker().negotiate_version().await.unwrap();
+    if docker.inspect_image(BIG).await.is_ok() {
+        return;
+    }
+    let mut data = vec![0u8; 120 << 20];
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for chunk in data.chunks_mut(8) {
+        // xorshift64: fast, and nothing in it for a compressor.
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    builder
+        .append_data(&mut h, "blob", data.as_slice())
+        .expect("tar the blob");
+    let options = CreateImageOptionsBuilder::default()
+        .from_src("-")
+        .repo("capd-rs-test/big")
+        .tag("1")
+        .changes(vec!["LABEL capd-rs.test/image=big".to_string()])
+        .build();
+    let body = bollard::body_full(builder.into_inner().expect("finish tar").into());
+    let mut progress = docker.create_image(Some(options), Some(body), None);
+    while let Some(item) = progress.next().await {
+        item.expect("import the big test image");
+    }
+}
+
 /// `preLoadImages`: an image goes from the engine's export into a command's stdin in the
-/// container byte for byte, without the manager holding it: the default LB image (~121 MiB, as
-/// the plane's warm-up builds it) moves while the test process's RSS grows by less than 32 MiB.
-/// A missing image is `RuntimeError::Image` and runs nothing.
+/// container byte for byte, without the manager holding it: an image of 120 MiB moves while the
+/// test process's RSS grows by less than 32 MiB. A missing image is `RuntimeError::Image` and
+/// runs nothing.
 #[tokio::test]
 async fn image_import_streams_the_tarball_into_the_container() {
-    const BIG: &str = capd::docker::specs::DEFAULT_LB_IMAGE;
     ensure_test_image().await;
+    ensure_big_image().await;
     with_run("import", |id| async move {
         let rt = runtime().await;
-        assert!(
-            rt.image_present(BIG).await.expect("inspect"),
-            "{BIG} must be present (hack/plane.sh builds it)"
-        );
+        assert!(rt.image_present(BIG).await.expect("inspect"));
         // What `docker save` gives, counted as it streams.
         let docker = raw_docker().negotiate_version().await.unwrap();
         let mut expected = 0u64;

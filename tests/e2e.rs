@@ -107,13 +107,7 @@ async fn real_capi_drives_a_cluster_from_the_default_template() {
         .await;
         assert_eq!(code, 0, "CABPK's write_files ran before kubeadm");
         // The control-plane node is an LB backend.
-        let cfg = exec(
-            &docker,
-            &format!("{name}-lb"),
-            "cat /usr/local/etc/haproxy/haproxy.cfg",
-        )
-        .await
-        .1;
+        let cfg = lb_config(&docker, &format!("{name}-lb")).await;
         assert!(cfg.contains(&format!("server {cp_container} ")), "{cfg}");
 
         // The MachineDeployment's Machines are provisioned; core copies our providerID.

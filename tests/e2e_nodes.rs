@@ -108,13 +108,7 @@ fn dangling_volumes() -> BTreeSet<String> {
 /// haproxy backends in the load balancer's config.
 async fn lb_backends(cluster: &str) -> usize {
     let docker = docker().await;
-    let cfg = exec(
-        &docker,
-        &format!("{cluster}-lb"),
-        "cat /usr/local/etc/haproxy/haproxy.cfg",
-    )
-    .await
-    .1;
+    let cfg = lb_config(&docker, &format!("{cluster}-lb")).await;
     cfg.lines()
         .filter(|l| l.trim_start().starts_with("server "))
         .count()

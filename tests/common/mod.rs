@@ -1072,6 +1072,17 @@ pub fn docker_cli(args: &[&str]) {
 }
 
 /// Run a shell command in a container and return stdout (trimmed).
+/// The load balancer's haproxy.cfg, through the engine's archive (the LB image, as kind's, has
+/// no shell to `cat` it with), trimmed; empty when there is none.
+pub async fn lb_config(docker: &BollardRuntime, lb: &str) -> String {
+    docker
+        .read_file(lb, "/usr/local/etc/haproxy/haproxy.cfg", 1 << 20)
+        .await
+        .expect("read haproxy.cfg")
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default()
+}
+
 pub async fn exec(docker: &BollardRuntime, container: &str, script: &str) -> (i64, String) {
     let out = docker
         .exec(
