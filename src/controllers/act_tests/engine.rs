@@ -39,6 +39,14 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// An engine whose every exec takes `delay` (a bootstrap that is still running).
+    pub fn with_exec_delay(delay: std::time::Duration) -> Self {
+        Engine {
+            execs: FakeRuntime::slow(delay),
+            state: Mutex::default(),
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, Containers> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -6,7 +6,10 @@
 
 use http::Method;
 
-use super::scenario::{self as sc, Scenario, condition, condition_message, finalizers};
+use super::{
+    engine::Engine,
+    scenario::{self as sc, Scenario, condition, condition_message, finalizers},
+};
 use crate::{
     api::{DockerCluster, DockerMachine},
     controllers::{docker_cluster, docker_machine, kit::bootstrap_tasks::TaskState},
@@ -16,7 +19,14 @@ use crate::{
 /// Cluster `c` with its DockerCluster (and LB, reconciled once), Machine `m` (a control-plane
 /// one or not) with its bootstrap Secret, and DockerMachine `m`.
 async fn machine_scenario(control_plane: bool, secret: bool) -> (Scenario, DockerMachine) {
-    let s = Scenario::docker();
+    machine_scenario_in(Scenario::docker(), control_plane, secret).await
+}
+
+async fn machine_scenario_in(
+    s: Scenario,
+    control_plane: bool,
+    secret: bool,
+) -> (Scenario, DockerMachine) {
     s.put(sc::cluster("c", "DockerCluster"));
     let dc = s.put(sc::docker_cluster("c"));
     s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
@@ -119,6 +129,108 @@ async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_sec
     );
     // The bootstrap runs in the background, in the container; not waited for here.
     s.ctx.bootstraps.cancel(&uid);
+}
+
+/// A pass that comes while a young bootstrap runs (CAPI's writes, the finalizer's echo) holds
+/// the status and runs nothing in the node: at a burst of new machines each exec is a process
+/// started in a node. Past the hold, the progress is read and said.
+#[tokio::test]
+async fn a_pass_during_a_young_bootstrap_runs_nothing_in_the_node() {
+    let engine = Engine::with_exec_delay(std::time::Duration::from_secs(8));
+    let (s, dm) = machine_scenario_in(Scenario::docker_on(engine), false, true).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+    let in_node = || {
+        let calls = s.engine.execs.calls();
+        calls
+            .into_iter()
+            .filter(|c| c.0 == "c-m")
+            .collect::<Vec<_>>()
+    };
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+    assert!(s.ctx.bootstraps.is_running(&uid));
+    settle(|| in_node().len() == 1).await;
+    assert_eq!(in_node().len(), 1, "the bootstrap's one exec");
+
+    let dm = s.get::<DockerMachine>("m").unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(in_node().len(), 1, "nothing run in the node");
+    assert!(s.json::<DockerMachine>("m")["status"].is_null(), "held");
+
+    tokio::time::sleep(docker_machine::bootstrap::FIRST_WORD).await;
+    let dm = s.get::<DockerMachine>("m").unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+    let calls = in_node();
+    assert_eq!(
+        calls.len(),
+        2,
+        "the progress file, read once the hold is over"
+    );
+    assert_eq!(
+        calls[1].1.first().map(String::as_str),
+        Some("cat"),
+        "{:?}",
+        calls[1].1
+    );
+    let stored = s.json::<DockerMachine>("m");
+    assert_eq!(
+        condition(&stored, "CGroupsReady").map(|c| c.1),
+        Some("Bootstrapping".to_string()),
+        "{stored}"
+    );
+    s.ctx.bootstraps.cancel(&uid);
+}
+
+/// A node container removed behind the manager's back after its bootstrap ended, before any
+/// pass wrote that end (the status was held): the new container gets a bootstrap of its own;
+/// the ended one does not pass for it.
+#[tokio::test]
+async fn a_container_made_again_is_not_reported_bootstrapped_by_the_run_of_the_one_before() {
+    use crate::docker::ContainerRuntime;
+    let (s, dm) = machine_scenario(false, true).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+    let bootstraps = || {
+        let calls = s.engine.execs.calls();
+        let runs = calls.iter().filter(|c| c.0 == "c-m" && c.1[0] == "/bin/sh");
+        runs.count()
+    };
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+    settle(|| matches!(s.ctx.bootstraps.poll(&uid), TaskState::Finished(_))).await;
+    assert!(
+        matches!(s.ctx.bootstraps.poll(&uid), TaskState::Finished(_)),
+        "the fake node's bootstrap ended"
+    );
+    assert_eq!(bootstraps(), 1);
+    let first = start_label(&s);
+    s.engine.remove("c-m").await.unwrap();
+
+    let dm = s.get::<DockerMachine>("m").unwrap();
+    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+    assert!(s.engine.container("c-m").is_some(), "made again");
+    assert_ne!(start_label(&s), first, "for a start of its own");
+    settle(|| bootstraps() == 2).await;
+    assert_eq!(bootstraps(), 2, "one bootstrap run per container");
+    let stored = s.json::<DockerMachine>("m");
+    assert!(
+        stored["spec"]["providerID"].is_null(),
+        "not provisioned: {stored}"
+    );
+    assert_ne!(
+        condition(&stored, "BootstrapCompleted").map(|c| c.0),
+        Some("True".to_string()),
+        "{stored}"
+    );
+    s.ctx.bootstraps.cancel(&uid);
+}
+
+/// Waits (at most a second) until `done`: a task the reconcile spawned gets to its exec.
+async fn settle(done: impl Fn() -> bool) {
+    for _ in 0..100 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
 
 /// A machine whose bootstrap an earlier manager process started (its start and claim token on

@@ -109,13 +109,22 @@ impl Scenario {
         Self::with(kinds::DEV, Some(ports))
     }
 
+    /// The Docker* family on this engine (one whose execs take a while, say).
+    pub fn docker_on(engine: Engine) -> Self {
+        Self::on(kinds::DOCKER, None, engine)
+    }
+
     fn new(kinds: Kinds) -> Self {
         Self::with(kinds, None)
     }
 
     fn with(kinds: Kinds, in_memory: Option<(u16, u16)>) -> Self {
+        Self::on(kinds, in_memory, Engine::default())
+    }
+
+    fn on(kinds: Kinds, in_memory: Option<(u16, u16)>, engine: Engine) -> Self {
         let (api, client) = ApiServer::start();
-        let engine = Arc::new(Engine::default());
+        let engine = Arc::new(engine);
         let (caches, writers) = caches::caches();
         let mut shared = Shared::new(
             client,

@@ -197,6 +197,14 @@ pub async fn reconcile(
             description,
             elapsed,
         } => {
+            // Whatever woke this pass (CAPI's writes, the echo of the finalizer), a bootstrap
+            // younger than FIRST_WORD may still end before its start needs saying (see the
+            // start below): the status is held, so nothing is read from the node for it (the
+            // progress file is an exec, a process in the node, at a burst of a hundred).
+            if let Some(left) = FIRST_WORD.checked_sub(elapsed).filter(|d| !d.is_zero()) {
+                status.hold(left);
+                return Ok(Outcome::Wait(Action::requeue(POLL)));
+            }
             // Step 0: not at a step (waiting for a slot, or all steps in one exec, where the
             // node's progress file tells how far the script got).
             let (phase, message) = if step > 0 {
@@ -214,11 +222,6 @@ pub async fn reconcile(
                 )
             };
             set(at_phase(phase, reasons::BOOTSTRAPPING, message));
-            // Whatever woke this pass, a bootstrap younger than FIRST_WORD may still end before
-            // its start needs saying (see the start below).
-            if let Some(left) = FIRST_WORD.checked_sub(elapsed).filter(|d| !d.is_zero()) {
-                status.hold(left);
-            }
             return Ok(Outcome::Wait(Action::requeue(POLL)));
         }
         // A terminal result stays in the task list until a pass sees it persisted (above).

@@ -520,6 +520,10 @@ impl Provisioning<'_, '_> {
             proxy_env: specs::proxy_env(|k| std::env::var(k).ok(), &[], name),
             kind_mode: specs::node_kind_mode(version, dm.spec.custom_image.as_deref()),
         });
+        // A new node container gets a bootstrap of its own: what a task of this process ran or
+        // reported concerned a container that is gone (removed behind our back, say, after its
+        // bootstrap ended but before a pass wrote that end), and must not pass for this one's.
+        ctx.bootstraps.cancel(&dm.uid().unwrap_or_default());
         info!(container = %name, %image, role, "creating node container");
         let started = std::time::Instant::now();
         match ctx.runtime.create_and_start(&spec).await {
