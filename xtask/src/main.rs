@@ -492,18 +492,24 @@ mod tests {
         assert!(a.real_nodes.is_empty(), "no real nodes unless asked");
         assert!(bench(&[]).unwrap().n.is_empty());
         for bad in ["clusters:0:10", "clusters:10:5", "0", "ten", "clusters:10"] {
-            let e = bench(&["--n", bad])
-                .err()
-                .unwrap_or_else(|| panic!("{bad} accepted"));
-            assert_eq!(
-                e.kind(),
-                clap::error::ErrorKind::ValueValidation,
-                "{bad}: {e}"
-            );
+            let e = refused(&["--n", bad]);
             assert!(e.to_string().contains(bad), "{bad}: names the value: {e}");
         }
         let e = bench(&["--n", "clusters:0:10"]).err().unwrap().to_string();
         assert!(e.contains("at least 1 Cluster"), "{e}");
+    }
+
+    /// The error for arguments xtask must refuse as a bad value.
+    fn refused(args: &[&str]) -> clap::Error {
+        let e = bench(args)
+            .err()
+            .unwrap_or_else(|| panic!("{args:?} accepted"));
+        assert_eq!(
+            e.kind(),
+            clap::error::ErrorKind::ValueValidation,
+            "{args:?}: {e}"
+        );
+        e
     }
 
     #[test]
@@ -524,14 +530,7 @@ mod tests {
             "the node settings still need --real-nodes"
         );
         for bad in ["0+2", "2+2", "3", "3+x"] {
-            let e = bench(&["--real-nodes", bad])
-                .err()
-                .unwrap_or_else(|| panic!("{bad} accepted"));
-            assert_eq!(
-                e.kind(),
-                clap::error::ErrorKind::ValueValidation,
-                "{bad}: {e}"
-            );
+            refused(&["--real-nodes", bad]);
         }
         let e = bench(&["--real-nodes", "0+2"]).err().unwrap().to_string();
         assert!(e.contains("at least 1 control plane"), "{e}");
