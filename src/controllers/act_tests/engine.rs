@@ -25,6 +25,8 @@ struct Containers {
     /// Every spec a create was asked for, in order.
     created: Vec<ContainerSpec>,
     removed: Vec<String>,
+    /// Every inspect, by name, in order.
+    inspected: Vec<String>,
     /// (container, signal).
     kills: Vec<(String, String)>,
     networks: Vec<NetworkSpec>,
@@ -58,6 +60,11 @@ impl Engine {
         let info = s.new_container(name, "test/image:1", &labels, "kind");
         s.by_name.insert(name.to_string(), info.clone());
         info
+    }
+
+    /// How often a container was inspected.
+    pub fn inspects(&self, name: &str) -> usize {
+        self.state().inspected.iter().filter(|n| *n == name).count()
     }
 
     pub fn container(&self, name: &str) -> Option<ContainerInfo> {
@@ -165,6 +172,7 @@ impl ContainerRuntime for Engine {
         Ok(())
     }
     async fn inspect(&self, name: &str) -> RuntimeResult<Option<ContainerInfo>> {
+        self.state().inspected.push(name.to_string());
         Ok(self.container(name))
     }
     async fn list(&self, labels: &BTreeMap<String, String>) -> RuntimeResult<Vec<ContainerInfo>> {

@@ -48,6 +48,11 @@ async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_sec
     s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
 
     let node = s.engine.container("c-m").expect("node container c-m");
+    assert_eq!(
+        s.engine.inspects("c-m"),
+        0,
+        "a new machine's container is created without a look first"
+    );
     for (key, value) in [
         (labels::OWNER_KIND, "DockerMachine"),
         (labels::OWNER_NAME, "m"),

@@ -240,8 +240,7 @@ impl Provisioning<'_, '_> {
         let (container, fresh) = if ctx.bootstraps.is_running(&uid) {
             (None, false)
         } else {
-            let found = node::found(ctx.runtime.inspect(&name).await?, &owner);
-            let (c, fresh) = self.use_or_create(found, &owner, &name, status).await?;
+            let (c, fresh) = self.found_or_made(&owner, &name, status).await?;
             (Some(c), fresh)
         };
         status.set(&Desired::true_(
@@ -311,6 +310,25 @@ impl Provisioning<'_, '_> {
         Ok(Action::requeue(ctx.settings.resync))
     }
 
+    /// The machine's container, found or made. A machine with nothing on record (no status, no
+    /// annotation of ours, no bootstrap task of this process) most likely has none yet: it is
+    /// created without a look first, since at a burst of new machines every engine request
+    /// waits on a busy engine. A name already taken is then looked at as any machine's is.
+    async fn found_or_made(
+        &mut self,
+        owner: &labels::Owner<'_>,
+        name: &str,
+        status: &mut Status,
+    ) -> Result<(ContainerInfo, bool)> {
+        if nothing_on_record(self.dm, self.ctx)
+            && let Some(created) = self.create_node(owner, name).await?
+        {
+            return Ok((created, true));
+        }
+        let found = node::found(self.ctx.runtime.inspect(name).await?, owner);
+        self.use_or_create(found, owner, name, status).await
+    }
+
     /// The container found for a machine whose bootstrap is not running: use it, create it,
     /// start it, (stopped before its bootstrap began) recreate it, or (stopped while its
     /// bootstrap ran) report it and leave it until the inputs change. `true` with a container
@@ -333,7 +351,7 @@ impl Provisioning<'_, '_> {
         Ok(match node::provisioning(found, began) {
             node::Provisioning::Use(c) => (c, false),
             node::Provisioning::Conflict(why) => return Err(conflict(name, why)),
-            node::Provisioning::Create => self.create_node(owner, name).await?,
+            node::Provisioning::Create => self.create_or_join(owner, name).await?,
             node::Provisioning::Start(c) => {
                 info!(container = %name, "starting a node container that was created but never started");
                 ctx.runtime.start(name).await?;
@@ -394,7 +412,7 @@ impl Provisioning<'_, '_> {
     ) -> Result<(ContainerInfo, bool)> {
         self.ctx.runtime.remove(name).await?;
         machine_bootstrap::reset(self.dm, self.patcher, self.ctx, status).await?;
-        self.create_node(owner, name).await
+        self.create_or_join(owner, name).await
     }
 
     /// Set `providerID` on the workload cluster's Node for this container, when the container is
@@ -464,14 +482,44 @@ impl Provisioning<'_, '_> {
         self.ctx.waits.next_delay(&key).max(NODE_RETRY)
     }
 
-    /// Create the node container, labelled with the start of the bootstrap this pass is about to
-    /// run ([`labels::BOOTSTRAP_START`]); `true` when this call created it. A missing image
-    /// reference is blocked; a lost name race yields the winner's container (`false`), if ours.
-    async fn create_node(
+    /// [`Self::create_node`] where the name was free a moment ago: a lost name race yields the
+    /// winner's container (`false`), if ours.
+    async fn create_or_join(
         &self,
         owner: &labels::Owner<'_>,
         name: &str,
     ) -> Result<(ContainerInfo, bool)> {
+        if let Some(created) = self.create_node(owner, name).await? {
+            return Ok((created, true));
+        }
+        match self.ctx.runtime.inspect(name).await? {
+            Some(c) if labels::usable_by(&c.labels, owner) && c.is_alive() => Ok((c, false)),
+            // Ours but not running (its creator was killed between create and start): the
+            // next pass starts it (or recreates it) like any container it finds.
+            Some(c) if labels::usable_by(&c.labels, owner) => Err(Error::Missing(format!(
+                "container {name} exists but is not running ({:?})",
+                c.state
+            ))),
+            Some(_) => Err(conflict(
+                name,
+                "it was created by someone else at the same time",
+            )),
+            // The engine holds the name for a create still in flight (one a killed manager
+            // sent, say) before the container can be inspected: look again shortly.
+            None => Err(Error::Missing(format!(
+                "container {name} is being created by another request"
+            ))),
+        }
+    }
+
+    /// Create the node container, labelled with the start of the bootstrap this pass is about to
+    /// run ([`labels::BOOTSTRAP_START`]); `None` when the name is taken. A missing image
+    /// reference is blocked.
+    async fn create_node(
+        &self,
+        owner: &labels::Owner<'_>,
+        name: &str,
+    ) -> Result<Option<ContainerInfo>> {
         let (b, dm, ctx) = (self.bound, self.dm, self.ctx);
         let version = b.machine.spec.version.as_deref().unwrap_or_default();
         // A spec we cannot act on waits for the user to change it (a change triggers at once).
@@ -530,30 +578,29 @@ impl Provisioning<'_, '_> {
             Ok(c) => {
                 let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 info!(container = %name, took_ms, "node container created and started");
-                Ok((c, true))
+                Ok(Some(c))
             }
-            // Lost a race for the name: use the container only if it is ours.
-            Err(RuntimeError::Conflict(_)) => match ctx.runtime.inspect(name).await? {
-                Some(c) if labels::usable_by(&c.labels, owner) && c.is_alive() => Ok((c, false)),
-                // Ours but not running (its creator was killed between create and start): the
-                // next pass starts it (or recreates it) like any container it finds.
-                Some(c) if labels::usable_by(&c.labels, owner) => Err(Error::Missing(format!(
-                    "container {name} exists but is not running ({:?})",
-                    c.state
-                ))),
-                Some(_) => Err(conflict(
-                    name,
-                    "it was created by someone else at the same time",
-                )),
-                // The engine holds the name for a create still in flight (one a killed manager
-                // sent, say) before the container can be inspected: look again shortly.
-                None => Err(Error::Missing(format!(
-                    "container {name} is being created by another request"
-                ))),
-            },
+            Err(RuntimeError::Conflict(_)) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Nothing says this machine ever had a container: no status, no annotation of ours
+/// (a recorded bootstrap start or stop, an adopted container), no bootstrap task of this process.
+fn nothing_on_record(dm: &DockerMachine, ctx: &Context) -> bool {
+    const OURS: [&str; 4] = [
+        crate::api::STARTED_AT,
+        crate::api::BOOTSTRAP_CLAIM,
+        crate::api::STOPPED_DURING_BOOTSTRAP,
+        adoption::ADOPTED_CONTAINER,
+    ];
+    dm.status.is_none()
+        && !OURS.iter().any(|k| dm.annotations().contains_key(*k))
+        && matches!(
+            ctx.bootstraps.poll(&dm.uid().unwrap_or_default()),
+            crate::controllers::kit::bootstrap_tasks::TaskState::NotStarted
+        )
 }
 
 /// `spec.extraMounts` as bind mounts, each host path checked against the manager's policy.
