@@ -33,11 +33,14 @@ impl BollardRuntime {
         while let Some(chunk) = stream.next().await {
             match chunk {
                 Ok(bytes) => tar.extend_from_slice(&bytes),
-                // 404 is both "no such container" and "no such file"; only the second is None.
+                // 404 is both "no such container" and "no such file"; only the second is None
+                // (Docker says "No such container", Podman "no such container").
                 Err(BollardError::DockerResponseServerError {
                     status_code: 404,
                     message,
-                }) if tar.is_empty() && !message.contains("No such container") => {
+                }) if tar.is_empty()
+                    && !message.to_ascii_lowercase().contains("no such container") =>
+                {
                     return Ok(None);
                 }
                 Err(e) => return Err(classify(&what(), e)),
