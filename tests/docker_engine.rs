@@ -876,20 +876,7 @@ async fn files_go_in_and_out_through_the_engines_archive() {
             content.ends_with(&inside.stdout) && inside.stdout.len() >= 1024,
             "as written, seen from inside"
         );
-        let stat = raw_docker()
-            .negotiate_version()
-            .await
-            .unwrap()
-            .get_container_archive_info(
-                &name,
-                Some(
-                    bollard::query_parameters::ContainerArchiveInfoOptionsBuilder::default()
-                        .path("/etc/haproxy.cfg")
-                        .build(),
-                ),
-            )
-            .await
-            .expect("stat");
+        let stat = path_stat(&name, "/etc/haproxy.cfg").await;
         assert_eq!(stat.size as usize, content.len());
         assert_eq!(stat.file_mode & 0o777, 0o644, "mode {:o}", stat.file_mode);
         let limit = content.len() as u64;
@@ -913,6 +900,20 @@ async fn files_go_in_and_out_through_the_engines_archive() {
         ), "a missing container is not a missing file");
     })
     .await;
+}
+
+/// What the engine says of `path` in container `name` (its size and mode), without an exec.
+async fn path_stat(name: &str, path: &str) -> bollard::container::PathStatResponse {
+    let options = bollard::query_parameters::ContainerArchiveInfoOptionsBuilder::default()
+        .path(path)
+        .build();
+    raw_docker()
+        .negotiate_version()
+        .await
+        .unwrap()
+        .get_container_archive_info(name, Some(options))
+        .await
+        .unwrap_or_else(|e| panic!("stat {path} in {name}: {e}"))
 }
 
 /// `docker stop` of a test container, at once.
@@ -1267,17 +1268,7 @@ async fn image_import_streams_the_tarball_into_the_container() {
             .expect("import");
         let grown = vm_rss_kib().saturating_sub(before);
         assert!(out.success(), "{out:?}");
-        let stat = docker
-            .get_container_archive_info(
-                &spec.name,
-                Some(
-                    bollard::query_parameters::ContainerArchiveInfoOptionsBuilder::default()
-                        .path("/tmp/image.tar")
-                        .build(),
-                ),
-            )
-            .await
-            .expect("stat the copy");
+        let stat = path_stat(&spec.name, "/tmp/image.tar").await;
         assert_eq!(stat.size as u64, expected, "every byte arrived");
         eprintln!("imported {expected} bytes; RSS grew by {grown} KiB");
         assert!(grown < 32 << 10, "RSS grew by {grown} KiB");
