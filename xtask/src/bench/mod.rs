@@ -58,6 +58,10 @@ use timeline::MachineTimes;
 /// modification times are when it began and ended (see [`timeline`]).
 const HELLO: &str = "/etc/capd-bench/hello.txt";
 const SENTINEL: &str = "/run/cluster-api/bootstrap-success.complete";
+/// How long the Machines must go unchanged before a light phase is timed: CAPI core's patches
+/// of a new Machine come within a second of each other (measured at N=100), so 3 s without one
+/// means it is done with them.
+const MACHINES_QUIET: Duration = Duration::from_secs(3);
 
 /// A time `stat -c %.9Y` printed: seconds since the epoch, with nanoseconds.
 fn epoch(line: &str) -> Option<DateTime<Utc>> {
@@ -419,6 +423,15 @@ impl Bench {
         let mut uids = Vec::with_capacity(ws.len());
         for (w, k) in ws.iter().zip(&sizes) {
             uids.push(w.create_machines(*k).await?);
+        }
+        let settling = Instant::now();
+        if objects::wait_machines_at_rest(ws, MACHINES_QUIET, Duration::from_secs(120)).await? {
+            say(&format!(
+                "{subject}: CAPI at rest with the Machines after {:.1} s",
+                settling.elapsed().as_secs_f64()
+            ));
+        } else {
+            say("WARNING: CAPI still changing the Machines after 120 s; measuring anyway");
         }
         quiet(self.cfg.drop_caches).await;
         let before = self.reading(manager).await?;

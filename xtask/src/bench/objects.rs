@@ -515,6 +515,91 @@ pub async fn wait_gone(
     }
 }
 
+/// CAPI core's finalizer on a Machine it has taken in.
+const MACHINE_FINALIZER: &str = "machine.cluster.x-k8s.io";
+
+/// Whether CAPI core has reconciled this Machine's current generation (its finalizer is on and
+/// its status observed the generation).
+fn machine_taken_in(m: &DynamicObject) -> bool {
+    let finalized = m
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == MACHINE_FINALIZER);
+    let observed = m
+        .data
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64);
+    finalized && observed.is_some() && observed == m.metadata.generation
+}
+
+/// When a set of objects last changed, to tell a controller still at work from one at rest.
+#[derive(Debug)]
+struct Rest {
+    seen: Option<Vec<(String, String)>>,
+    since: Instant,
+}
+
+impl Rest {
+    fn new(now: Instant) -> Self {
+        Rest {
+            seen: None,
+            since: now,
+        }
+    }
+
+    /// Records the objects' (name, resourceVersion) at `now`; whether they are `ready` and have
+    /// not changed for `quiet`.
+    fn at_rest(
+        &mut self,
+        now: Instant,
+        mut versions: Vec<(String, String)>,
+        ready: bool,
+        quiet: Duration,
+    ) -> bool {
+        versions.sort();
+        if self.seen.as_ref() != Some(&versions) {
+            (self.seen, self.since) = (Some(versions), now);
+        }
+        ready && now.duration_since(self.since) >= quiet
+    }
+}
+
+/// Waits until CAPI core is done with the new Machines of `ws`: each taken in, and none
+/// changed for `quiet` (its Machine controller patches a new Machine several times, with
+/// conflicts and retries, for seconds after the create). A phase timed before that would pay
+/// for CAPI's digestion of the setup, which the floor never does. Gives up after `limit`
+/// (returns false), leaving the caller to say so.
+pub async fn wait_machines_at_rest(
+    ws: &[Workload],
+    quiet: Duration,
+    limit: Duration,
+) -> Result<bool> {
+    let start = Instant::now();
+    let mut rest = Rest::new(start);
+    loop {
+        let mut versions = vec![];
+        let mut ready = true;
+        for w in ws {
+            for m in w.machines().list(&ListParams::default()).await? {
+                ready &= machine_taken_in(&m);
+                versions.push((
+                    format!("{}/{}", w.ns, m.metadata.name.unwrap_or_default()),
+                    m.metadata.resource_version.unwrap_or_default(),
+                ));
+            }
+        }
+        if rest.at_rest(Instant::now(), versions, ready, quiet) {
+            return Ok(true);
+        }
+        if start.elapsed() >= limit {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// When a count last grew, to tell a slow load from a stuck one.
 struct Progress {
     count: usize,
@@ -626,6 +711,48 @@ async fn wait_watched(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn machines_are_at_rest_once_taken_in_and_unchanged_for_the_quiet_time() {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let quiet = Duration::from_secs(3);
+        let v = |rv: &str| {
+            vec![
+                ("b".to_string(), rv.to_string()),
+                ("a".to_string(), "1".to_string()),
+            ]
+        };
+        let mut rest = Rest::new(t0);
+        assert!(!rest.at_rest(s(0), v("1"), true, quiet));
+        // Unchanged but not all taken in: not at rest, however long.
+        assert!(!rest.at_rest(s(5), v("1"), false, quiet));
+        // A change restarts the clock.
+        assert!(!rest.at_rest(s(6), v("2"), true, quiet));
+        assert!(!rest.at_rest(s(8), v("2"), true, quiet));
+        assert!(rest.at_rest(s(9), v("2"), true, quiet));
+        // Order does not count as a change.
+        let mut rev = v("2");
+        rev.reverse();
+        assert!(rest.at_rest(s(10), rev, true, quiet));
+    }
+
+    #[test]
+    fn a_machine_is_taken_in_with_capis_finalizer_and_its_generation_observed() {
+        let m = |finalizers: Value, observed: Value| {
+            obj(json!({"apiVersion": CAPI, "kind": "Machine",
+                "metadata": {"name": "m", "generation": 2, "finalizers": finalizers},
+                "status": {"observedGeneration": observed}}))
+            .unwrap()
+        };
+        assert!(machine_taken_in(&m(json!([MACHINE_FINALIZER]), json!(2))));
+        assert!(!machine_taken_in(&m(json!([MACHINE_FINALIZER]), json!(1))));
+        assert!(!machine_taken_in(&m(
+            json!([MACHINE_FINALIZER]),
+            Value::Null
+        )));
+        assert!(!machine_taken_in(&m(json!(["other"]), json!(2))));
+    }
 
     #[test]
     fn machines_spread_evenly_with_the_remainder_on_the_first_clusters() {

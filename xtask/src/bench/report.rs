@@ -10,6 +10,14 @@ use super::{nodes::NodeShape, objects::LightLoad};
 pub const CAPD_RS: &str = "capd-rs";
 pub const UPSTREAM: &str = "upstream";
 pub const FLOOR: &str = "floor";
+/// The host processes that create, start and exec the containers (and the bench's counting
+/// relay in front of them); every other one the bench counts is the API side.
+const ENGINE_SIDE: [&str; 4] = [
+    "dockerd",
+    "containerd",
+    "containerd-shim",
+    super::docker_count::RELAY_THREAD,
+];
 /// One figure of a run, e.g. its last machine's time.
 type Figure = fn(&Run) -> f64;
 
@@ -295,7 +303,20 @@ impl Report {
         load: impl Into<LightLoad>,
         f: impl Fn(&Run) -> f64,
     ) -> Vec<f64> {
-        let load = load.into();
+        self.paired_with(a, b, load.into(), |ra, rb| {
+            let (x, y) = (f(ra), f(rb));
+            if y > 0.0 { x / y } else { f64::INFINITY }
+        })
+    }
+
+    /// `f` of each round of `a` at `load` and the same round of `b`, in round order.
+    fn paired_with(
+        &self,
+        a: &str,
+        b: &str,
+        load: LightLoad,
+        f: impl Fn(&Run, &Run) -> f64,
+    ) -> Vec<f64> {
         let of = |s: &str| -> BTreeMap<usize, &Run> {
             self.light()
                 .filter(|r| r.subject == s && r.light_load() == load)
@@ -304,9 +325,67 @@ impl Report {
         };
         let (a, b) = (of(a), of(b));
         a.iter()
-            .filter_map(|(round, ra)| b.get(round).map(|rb| (f(ra), f(rb))))
-            .map(|(x, y)| if y > 0.0 { x / y } else { f64::INFINITY })
+            .filter_map(|(round, ra)| b.get(round).map(|rb| f(ra, rb)))
             .collect()
+    }
+
+    /// The host's cores, as the run recorded them ("2 cores, ...").
+    fn cores(&self) -> Option<f64> {
+        let n: f64 = self.host.split_whitespace().next()?.parse().ok()?;
+        (n > 0.0).then_some(n)
+    }
+
+    /// Each provider's time over the floor's in the same round, beside the host CPU it used
+    /// beyond the floor's spread over the host's cores, and the API side's share of that. On a
+    /// host whose cores the engine's creates keep busy, CPU spent elsewhere is time the engine
+    /// waits: where the two columns agree, that is what the gap is.
+    fn floor_gap_markdown(&self) -> String {
+        let Some(cores) = self.cores() else {
+            return String::new();
+        };
+        let cpu = |r: &Run, api_only: bool| -> f64 {
+            r.host_cpu_s
+                .iter()
+                .filter(|(k, _)| !api_only || !ENGINE_SIDE.contains(&k.as_str()))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        let cell = |v: &[f64]| {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            format!("{:.1} ({lo:.1}–{hi:.1})", median(v))
+        };
+        let mut rows = String::new();
+        for n in self.loads() {
+            for subject in [CAPD_RS, UPSTREAM] {
+                let time =
+                    self.paired_with(subject, FLOOR, n, |a, f| a.provision_s - f.provision_s);
+                if time.is_empty() {
+                    continue;
+                }
+                let host = self.paired_with(subject, FLOOR, n, |a, f| {
+                    (cpu(a, false) - cpu(f, false)) / cores
+                });
+                let api = self.paired_with(subject, FLOOR, n, |a, f| {
+                    (cpu(a, true) - cpu(f, true)) / cores
+                });
+                rows.push_str(&format!(
+                    "| {n} | {subject} | {} | {} | {} | {} |\n",
+                    time.len(),
+                    cell(&time),
+                    cell(&host),
+                    cell(&api)
+                ));
+            }
+        }
+        if rows.is_empty() {
+            return rows;
+        }
+        format!(
+            "\nTime over the floor's in the same round, and the host CPU used beyond the floor's divided by the host's {cores} cores (all processes; the API side alone: kube-apiserver, etcd, the CAPI managers and the provider), seconds, median of the rounds (min–max):\n\n\
+             | N | subject | rounds | time over the floor | host CPU over the floor / cores | API side's / cores |\n\
+             |---:|---|---:|---:|---:|---:|\n{rows}"
+        )
     }
 
     /// Every round of `subject` at `load`, fastest first.
@@ -765,6 +844,7 @@ impl Report {
         s.push_str(&self.requests_by_markdown());
         s.push_str(&self.timeline_markdown());
         s.push_str(&self.paired_markdown());
+        s.push_str(&self.floor_gap_markdown());
         s.push_str(&self.rss_markdown());
         s.push_str(&self.errors_markdown());
         s.push_str(&self.rounds_markdown());
@@ -1112,6 +1192,61 @@ mod tests {
             page.contains(&header),
             "docs/performance.md lacks:\n{header}"
         );
+    }
+
+    #[test]
+    fn the_gap_to_the_floor_is_set_beside_the_host_cpu_used_beyond_the_floors_per_core() {
+        let cpu = |pairs: &[(&str, f64)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let round = |subject: &str, round: usize, provision_s: f64, host: &[(&str, f64)]| Run {
+            round,
+            host_cpu_s: cpu(host),
+            ..run(subject, 100, provision_s, None, None)
+        };
+        let mut report = Report {
+            host: "2 cores, Docker Engine 26".into(),
+            runs: vec![
+                round(
+                    FLOOR,
+                    0,
+                    20.0,
+                    &[("dockerd", 16.0), ("kube-apiserver", 1.0)],
+                ),
+                round(
+                    CAPD_RS,
+                    0,
+                    27.0,
+                    &[("dockerd", 18.0), ("kube-apiserver", 9.0), ("manager", 1.0)],
+                ),
+                round(
+                    CAPD_RS,
+                    1,
+                    25.0,
+                    &[("dockerd", 16.0), ("kube-apiserver", 7.0), ("manager", 1.0)],
+                ),
+                round(
+                    FLOOR,
+                    1,
+                    21.0,
+                    &[("dockerd", 17.0), ("kube-apiserver", 1.0)],
+                ),
+            ],
+            ..Default::default()
+        };
+        let md = report.markdown();
+        // Round 1: 7 s later, (28 - 17) / 2 = 5.5 s of host CPU, (10 - 1) / 2 = 4.5 of it the
+        // API side's; round 2: 4 s, (24 - 18) / 2 = 3 s, (8 - 1) / 2 = 3.5 s.
+        assert!(
+            md.contains("| 100 | capd-rs | 2 | 5.5 (4.0–7.0) | 4.2 (3.0–5.5) | 4.0 (3.5–4.5) |"),
+            "{md}"
+        );
+        // Without the host's cores nothing can be divided: no table.
+        report.host = String::new();
+        assert!(!report.markdown().contains("host CPU over the floor"));
     }
 
     #[test]
