@@ -13,7 +13,7 @@ use super::{
 use crate::{
     api::{DockerCluster, DockerMachine},
     controllers::{docker_cluster, docker_machine, kit::bootstrap_tasks::TaskState},
-    docker::{haproxy, labels},
+    docker::{ContainerState, haproxy, labels},
 };
 
 /// Cluster `c` with its DockerCluster (and LB, reconciled once), Machine `m` (a control-plane
@@ -228,14 +228,73 @@ async fn a_container_made_again_is_not_reported_bootstrapped_by_the_run_of_the_o
     s.ctx.bootstraps.cancel(&uid);
 }
 
-/// Waits (at most a second) until `done`: a task the reconcile spawned gets to its exec.
-async fn settle(done: impl Fn() -> bool) {
-    for _ in 0..100 {
-        if done() {
-            return;
-        }
+/// A bootstrap failed (its result written), then the node container went (removed by hand to
+/// retry, or by whatever broke it): the container made again is a new node, where nothing has
+/// run, and gets one run of its own; the old failure is taken off the status at once, and the
+/// machine is provisioned when that run succeeds.
+#[tokio::test]
+async fn a_node_made_again_after_a_failed_bootstrap_is_bootstrapped() {
+    use crate::docker::ContainerRuntime;
+    let engine = Engine::with_exec_delay(std::time::Duration::from_millis(300));
+    let (s, dm) = machine_scenario_in(Scenario::docker_on(engine), false, true).await;
+    let uid = dm.metadata.uid.clone().unwrap();
+    let reason = |ty: &str| condition(&s.json::<DockerMachine>("m"), ty).map(|c| c.1);
+    let finished = || matches!(s.ctx.bootstraps.poll(&uid), TaskState::Finished(_));
+    let pass = || async {
+        let dm = s.get::<DockerMachine>("m").unwrap();
+        s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+    };
+    // The first node stops under its run (and comes back, as the restart policy brings it):
+    // the run fails, and the failure is written.
+    pass().await;
+    settle(|| s.engine.execs.calls().iter().any(|c| c.0 == "c-m")).await;
+    s.engine.set_state("c-m", ContainerState::Exited);
+    settle_for(std::time::Duration::from_secs(3), finished).await;
+    s.engine.set_state("c-m", ContainerState::Running);
+    pass().await;
+    assert_eq!(
+        reason("CGroupsReady").as_deref(),
+        Some("BootstrapFailed"),
+        "{}",
+        s.json::<DockerMachine>("m")
+    );
+
+    s.engine.remove("c-m").await.unwrap();
+    pass().await;
+    assert!(s.engine.container("c-m").is_some(), "made again");
+    assert!(s.ctx.bootstraps.is_running(&uid), "a run for the new node");
+    assert_eq!(
+        reason("CGroupsReady").as_deref(),
+        Some("Bootstrapping"),
+        "the old failure is gone from the status at once, not held"
+    );
+    // This node's run leaves the sentinel.
+    s.engine
+        .put_file("c-m", crate::bootstrap::SENTINEL_PATH, "success\n");
+    settle_for(std::time::Duration::from_secs(3), finished).await;
+    pass().await;
+    let stored = s.json::<DockerMachine>("m");
+    assert_eq!(
+        condition(&stored, "BootstrapCompleted")
+            .map(|c| c.0)
+            .as_deref(),
+        Some("True"),
+        "{stored}"
+    );
+    assert_eq!(stored["spec"]["providerID"], "docker:////c-m", "{stored}");
+}
+
+/// Waits (at most `limit`) until `done`.
+async fn settle_for(limit: std::time::Duration, done: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() && start.elapsed() < limit {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+}
+
+/// Waits (at most a second) until `done`: a task the reconcile spawned gets to its exec.
+async fn settle(done: impl Fn() -> bool) {
+    settle_for(std::time::Duration::from_secs(1), done).await;
 }
 
 /// A machine whose bootstrap an earlier manager process started (its start and claim token on

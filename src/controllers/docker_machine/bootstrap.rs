@@ -169,11 +169,15 @@ pub async fn reconcile(
     let conds = status.conditions();
     let done = conditions::is_true(conds, types::BOOTSTRAP_COMPLETED);
     // A terminal result, on whichever of the three conditions its phase reports.
-    let terminal = BOOTSTRAP_CONDITIONS.iter().any(|ty| {
+    let terminal_on_record = BOOTSTRAP_CONDITIONS.iter().any(|ty| {
         conditions::get(conds, ty).is_some_and(|c| {
             c.reason == reasons::BOOTSTRAP_FAILED || c.reason == reasons::BOOTSTRAP_TIMED_OUT
         })
     });
+    // It concerns the container its run ran in: one this pass made is a new node, where no
+    // command has run yet (a node removed after its bootstrap failed, by hand or by whatever
+    // stopped it, gets one run of its own, as the first node did).
+    let terminal = terminal_on_record && !t.fresh;
     let mut set = |ds: [Desired; 3]| {
         for d in &ds {
             status.set(d);
@@ -342,7 +346,11 @@ pub async fn reconcile(
     ));
     // A short bootstrap (a light node's, or one whose node was bootstrapped already) ends
     // before the status saying it started would be read by anyone: its end is the one write.
-    status.hold(FIRST_WORD);
+    // Not over a terminal result on record: that must go at once, or the passes until the
+    // write would take it for this run's.
+    if !terminal_on_record {
+        status.hold(FIRST_WORD);
+    }
     Ok(Outcome::Wait(Action::requeue(POLL)))
 }
 
