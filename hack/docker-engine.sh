@@ -126,10 +126,12 @@ fi
 # upstream's --privileged node containers, kind and upstream CAPD work here unchanged.
 SHIM_RUNTIME=capd-runc
 
-# Networks from 172.20.0.0/14 in /24s: Docker's default pools continue into 192.168.0.0/16
+# Networks from 172.20.0.0/14 in /21s: Docker's default pools continue into 192.168.0.0/16
 # after 172.31 (its allocator moves on after each network, so a long-lived engine gets there),
-# and a node network inside the workload clusters' pod CIDR (192.168.0.0/16) breaks them.
-POOL_ARG=--default-address-pool=base=172.20.0.0/14,size=24
+# and a node network inside the workload clusters' pod CIDR (192.168.0.0/16) breaks them. A /21
+# holds 2,046 containers (128 such networks): the bench's 500 machines on one network do not
+# fit in a /24 ("no available IPv4 addresses"), where a user's kind network is a /16.
+POOL_ARG=--default-address-pool=base=172.20.0.0/14,size=21
 DOCKERD_ARGS=("$POOL_ARG")
 if bounding_set_incomplete; then
   install_shim

@@ -1167,6 +1167,11 @@ mod tests {
         }
     }
 
+    /// A map of `pairs`, keyed by name (requests by verb, CPU by process).
+    fn by<T: Copy>(pairs: &[(&str, T)]) -> BTreeMap<String, T> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
     /// The goal named `what` among `r`.
     fn goal<'a>(r: &'a [Ratio], what: &str) -> &'a Ratio {
         r.iter()
@@ -1196,15 +1201,9 @@ mod tests {
 
     #[test]
     fn the_gap_to_the_floor_is_set_beside_the_host_cpu_used_beyond_the_floors_per_core() {
-        let cpu = |pairs: &[(&str, f64)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), *v))
-                .collect::<BTreeMap<_, _>>()
-        };
         let round = |subject: &str, round: usize, provision_s: f64, host: &[(&str, f64)]| Run {
             round,
-            host_cpu_s: cpu(host),
+            host_cpu_s: by(host),
             ..run(subject, 100, provision_s, None, None)
         };
         let mut report = Report {
@@ -1251,12 +1250,6 @@ mod tests {
 
     #[test]
     fn each_managers_requests_are_broken_down_per_machine_at_the_largest_n() {
-        let by = |pairs: &[(&str, u64)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), *v))
-                .collect::<BTreeMap<_, _>>()
-        };
         let report = Report {
             runs: vec![
                 Run {
