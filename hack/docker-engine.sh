@@ -130,7 +130,7 @@ SHIM_RUNTIME=capd-runc
 # after 172.31 (its allocator moves on after each network, so a long-lived engine gets there),
 # and a node network inside the workload clusters' pod CIDR (192.168.0.0/16) breaks them. A /21
 # holds 2,046 containers (128 such networks): the bench's 500 machines on one network do not
-# fit in a /24 ("no available IPv4 addresses"), where a user's kind network is a /16.
+# fit in a /24 ("no available IPv4 addresses"); Docker's default pools give a kind network a /16.
 POOL_ARG=--default-address-pool=base=172.20.0.0/14,size=21
 DOCKERD_ARGS=("$POOL_ARG")
 if bounding_set_incomplete; then

@@ -202,6 +202,13 @@ pub struct Report {
     pub runs: Vec<Run>,
 }
 
+/// The rounds' median with their range, as the tables print it: "1.23 (1.10–1.40)" at 2 digits.
+fn median_range(v: &[f64], digits: usize) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.digits$} ({lo:.digits$}–{hi:.digits$})", median(v))
+}
+
 fn is_in_memory(r: &Run) -> bool {
     r.workload == IN_MEMORY || r.workload == IN_MEMORY_PAIRS
 }
@@ -350,11 +357,6 @@ impl Report {
                 .map(|(_, v)| v)
                 .sum()
         };
-        let cell = |v: &[f64]| {
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            format!("{:.1} ({lo:.1}–{hi:.1})", median(v))
-        };
         let mut rows = String::new();
         for n in self.loads() {
             for subject in [CAPD_RS, UPSTREAM] {
@@ -372,9 +374,9 @@ impl Report {
                 rows.push_str(&format!(
                     "| {n} | {subject} | {} | {} | {} | {} |\n",
                     time.len(),
-                    cell(&time),
-                    cell(&host),
-                    cell(&api)
+                    median_range(&time, 1),
+                    median_range(&host, 1),
+                    median_range(&api, 1)
                 ));
             }
         }
@@ -934,9 +936,7 @@ impl Report {
             for other in [UPSTREAM, FLOOR] {
                 let cell = |f: fn(&Run) -> f64| {
                     let v = self.paired(CAPD_RS, other, n, f);
-                    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-                    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                    (!v.is_empty()).then(|| format!("{:.2} ({lo:.2}–{hi:.2})", median(&v)))
+                    (!v.is_empty()).then(|| median_range(&v, 2))
                 };
                 let (Some(last), Some(p50), Some(p95)) = (
                     cell(|r| r.provision_s),
