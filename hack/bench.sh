@@ -25,6 +25,9 @@
 #   BENCH_DROP_CACHES  1 (default): sync and drop the kernel's clean caches before each phase,
 #                    so that each starts from the same state (see xtask/src/bench/process.rs)
 #   BENCH_IDLE       seconds of steady state observed with the machines provisioned (default 20)
+#   BENCH_FRESH_PLANE  1 (default): empty the plane first (hack/plane.sh down: etcd's data, and
+#                    every container labelled capd-rs.test/run, go), so that a run does not pay
+#                    for what earlier tests and runs left on it; 0 keeps the plane as it is
 #   BENCH_OUT_DIR    where bench.json and bench.png go (default docs/); the Markdown table goes
 #                    to target/bench.md and stdout
 # Traffic: only 127.0.0.1 (plane apiserver, the managers' endpoints) and the containers created
@@ -63,6 +66,12 @@ BENCH_IMAGE=capd-rs-bench/node:light
 UPSTREAM_IMAGE=capd-rs-bench/capd-upstream:v$CAPD_UPSTREAM_VERSION
 OWN_IMAGE=capd-rs/manager:dev
 
+# The same in-memory load ran severalfold slower on a plane that had been through a session of
+# tests than on a new one (docs/performance.md, "In-memory machines").
+if [[ ${BENCH_FRESH_PLANE:-1} == 1 ]]; then
+  log "emptying the plane (BENCH_FRESH_PLANE=0 keeps it)"
+  "$HACK_DIR/plane.sh" down >&2
+fi
 "$HACK_DIR/plane.sh" up >&2
 # The real CAPI core (and CABPK/KCP) managers: they own the Clusters and Machines, as for a user,
 # and their webhooks are registered with the plane.
@@ -123,7 +132,7 @@ MEMORY=()
   --idle-seconds "${BENCH_IDLE:-20}" \
   --manager-image "capd-rs=$OWN_IMAGE" \
   --manager-image "upstream=$UPSTREAM_IMAGE" \
-  --command "${BENCH_ROUNDS:+BENCH_ROUNDS=$BENCH_ROUNDS }${BENCH_IDLE:+BENCH_IDLE=$BENCH_IDLE }hack/bench.sh ${ARGS[*]}" \
+  --command "${BENCH_FRESH_PLANE:+BENCH_FRESH_PLANE=$BENCH_FRESH_PLANE }${BENCH_ROUNDS:+BENCH_ROUNDS=$BENCH_ROUNDS }${BENCH_IDLE:+BENCH_IDLE=$BENCH_IDLE }hack/bench.sh ${ARGS[*]}" \
   "${NODES[@]}" \
   "${MEMORY[@]}" \
   --after-crd-swap "$HACK_DIR/capi.sh restart" \
