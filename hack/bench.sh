@@ -28,6 +28,9 @@
 #   BENCH_FRESH_PLANE  1 (default): empty the plane first (hack/plane.sh down: etcd's data, and
 #                    every container labelled capd-rs.test/run, go), so that a run does not pay
 #                    for what earlier tests and runs left on it; 0 keeps the plane as it is
+#   BENCH_RESUME     a partial.json (the work dir's, $TMPDIR/capd-rs-bench/, after each phase)
+#                    of an unfinished run of the same command and committed code on this host:
+#                    its phases are kept, the others run (a run longer than one sitting)
 #   BENCH_OUT_DIR    where bench.json and bench.png go (default docs/); the Markdown table goes
 #                    to target/bench.md and stdout
 # Traffic: only 127.0.0.1 (plane apiserver, the managers' endpoints) and the containers created
@@ -112,7 +115,13 @@ mkdir -p "$OUT_DIR" "$TARGET_DIR"
 LIGHT=() DROP=()
 [[ ${BENCH_DROP_CACHES:-1} == 1 ]] && DROP=(--drop-caches)
 ((${#NS_LIST[@]})) && LIGHT=(--n "$(IFS=,; echo "${NS_LIST[*]}")")
-MEMORY=()
+MEMORY=() RESUME=()
+[[ -n ${BENCH_RESUME:-} ]] && RESUME=(--resume "$BENCH_RESUME")
+# The code measured, recorded in the result (a resumed run must measure the same): the last
+# commit that changed the manager, the bench or these scripts, -dirty with changes not committed.
+CODE_PATHS=(src xtask config hack Cargo.toml Cargo.lock Dockerfile)
+CODE=$(git -C "$REPO_ROOT" log -1 --format=%h -- "${CODE_PATHS[@]}" 2>/dev/null || true)
+[[ -z $(git -C "$REPO_ROOT" status --porcelain -- "${CODE_PATHS[@]}" 2>/dev/null) ]] || CODE+=-dirty
 ((${#IN_MEMORY[@]})) && MEMORY=(--in-memory "$(IFS=,; echo "${IN_MEMORY[*]}")" --in-memory-version "v$K8S_VERSION")
 "$TARGET_DIR/release/xtask" bench \
   --kubeconfig "$KUBECONFIG_PATH" \
@@ -123,6 +132,7 @@ MEMORY=()
   --capd-rs-manager "$OWN_BIN" \
   --upstream-manager "$CAPD_UPSTREAM_BIN_DIR/manager" \
   --upstream-version "v$CAPD_UPSTREAM_VERSION" \
+  --code "$CODE" \
   --own-crds "$REPO_ROOT/config/crd/bases" \
   --upstream-crds "$UPSTREAM_CRDS" \
   --webhook-cert-dir "$PKI_DIR/webhook" \
@@ -135,6 +145,7 @@ MEMORY=()
   --command "${BENCH_FRESH_PLANE:+BENCH_FRESH_PLANE=$BENCH_FRESH_PLANE }${BENCH_ROUNDS:+BENCH_ROUNDS=$BENCH_ROUNDS }${BENCH_IDLE:+BENCH_IDLE=$BENCH_IDLE }hack/bench.sh ${ARGS[*]}" \
   "${NODES[@]}" \
   "${MEMORY[@]}" \
+  "${RESUME[@]}" \
   --after-crd-swap "$HACK_DIR/capi.sh restart" \
   --audit-log "$AUDIT_LOG" \
   --json "$OUT_DIR/bench.json" \

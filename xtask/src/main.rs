@@ -151,6 +151,10 @@ struct BenchArgs {
     /// of its own and its requests are counted there too.
     #[arg(long)]
     audit_log: Option<PathBuf>,
+    /// The `partial.json` of an unfinished run of the same command on this host: its phases
+    /// are kept, the others run.
+    #[arg(long)]
+    resume: Option<PathBuf>,
     /// Any of capd-rs, upstream, floor.
     #[arg(long, value_delimiter = ',', default_value = "floor,capd-rs,upstream")]
     subjects: Vec<String>,
@@ -166,6 +170,10 @@ struct BenchArgs {
     upstream_manager: PathBuf,
     #[arg(long)]
     upstream_version: String,
+    /// The code measured: the last commit that changed it, `-dirty` when it has uncommitted
+    /// changes (a resumed run must measure the same, committed code).
+    #[arg(long, default_value = "")]
+    code: String,
     #[arg(long)]
     own_crds: PathBuf,
     #[arg(long)]
@@ -316,6 +324,7 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 capd_rs_manager: a.capd_rs_manager,
                 upstream_manager: a.upstream_manager,
                 upstream_version: a.upstream_version,
+                code: a.code,
                 own_crds: a.own_crds,
                 upstream_crds: a.upstream_crds,
                 webhook_cert_dir: a.webhook_cert_dir,
@@ -331,6 +340,7 @@ fn run(task: Task) -> Result<bool, Box<dyn std::error::Error>> {
                 in_memory_version: a.in_memory_version,
                 after_crd_swap: a.after_crd_swap,
                 audit_log: a.audit_log,
+                resume: a.resume,
             };
             let report = tokio::runtime::Runtime::new()?
                 .block_on(xtask::bench::run(cfg))

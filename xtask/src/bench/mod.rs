@@ -27,11 +27,11 @@ pub mod timeline;
 use std::{
     collections::{BTreeMap, HashMap},
     fmt,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use bollard::{
     Docker,
     exec::{CreateExecOptions, StartExecResults},
@@ -92,6 +92,8 @@ pub struct Config {
     pub capd_rs_manager: PathBuf,
     pub upstream_manager: PathBuf,
     pub upstream_version: String,
+    /// The code measured, as [`report::Report::code`] records it.
+    pub code: String,
     pub own_crds: PathBuf,
     pub upstream_crds: PathBuf,
     /// tls.crt/tls.key for upstream's webhook server (it will not start without them; nothing
@@ -120,10 +122,13 @@ pub struct Config {
     /// its own and its requests are counted there; without it, as the admin, counted by the
     /// manager's own metrics alone.
     pub audit_log: Option<PathBuf>,
+    /// A `partial.json` of an earlier, unfinished run of the same command on this host: its
+    /// phases are kept and only the others run (a run too long for one sitting).
+    pub resume: Option<PathBuf>,
 }
 
 /// What one phase provisions.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Load {
     Light(LightLoad),
     Nodes(NodeShape),
@@ -161,6 +166,59 @@ impl Load {
             Load::InMemory(Shape::Pairs, n) => format!("p{n}"),
         }
     }
+}
+
+impl Load {
+    /// The load a recorded run was a phase of.
+    fn of(run: &Run) -> Option<Load> {
+        match run.workload.as_str() {
+            report::LIGHT => Some(Load::Light(run.light_load())),
+            NODES => Some(Load::Nodes(run.node_shape())),
+            report::IN_MEMORY => Some(Load::InMemory(Shape::One, run.n)),
+            report::IN_MEMORY_PAIRS => Some(Load::InMemory(Shape::Pairs, run.n)),
+            _ => None,
+        }
+    }
+}
+
+/// Whether `report` (a resumed one) holds `subject`'s phase of `load` in `round` already.
+fn on_record(report: &report::Report, subject: &str, load: Load, round: usize) -> bool {
+    report
+        .runs
+        .iter()
+        .any(|r| r.subject == subject && r.round == round && Load::of(r) == Some(load))
+}
+
+/// The partial result at `path` (a `partial.json`), to go on with instead of `fresh`: only one
+/// of the same command on the same host, so that the rounds before and after stay comparable.
+fn resumed(path: &Path, fresh: report::Report) -> Result<report::Report> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut old: report::Report =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    ensure!(
+        !fresh.code.is_empty() && !fresh.code.ends_with("-dirty"),
+        "the code has uncommitted changes ({:?}): a resumed run must measure committed code",
+        fresh.code
+    );
+    for (what, was, now) in [
+        ("code", &old.code, &fresh.code),
+        ("command", &old.command, &fresh.command),
+        ("host", &old.host, &fresh.host),
+        (
+            "upstream version",
+            &old.upstream_version,
+            &fresh.upstream_version,
+        ),
+    ] {
+        ensure!(
+            was == now,
+            "{} was recorded with {what} {was:?}, this run has {now:?}: it cannot be resumed",
+            path.display()
+        );
+    }
+    old.resumed.push(fresh.date);
+    Ok(old)
 }
 
 /// As the progress lines name the load: `light N=100 over 10 clusters`, `nodes 3+5`.
@@ -227,13 +285,18 @@ pub async fn run(cfg: Config) -> Result<report::Report> {
         installed: Installed::Own,
         interrupt,
     };
-    let mut report = report::Report {
+    let fresh = report::Report {
         date: now_rfc3339(),
         host: host_description(&bench.docker).await,
         command: bench.cfg.command.clone(),
         upstream_version: bench.cfg.upstream_version.clone(),
+        code: bench.cfg.code.clone(),
         idle_window_s: bench.cfg.idle.as_secs_f64(),
         ..Default::default()
+    };
+    let mut report = match &bench.cfg.resume {
+        Some(path) => resumed(path, fresh)?,
+        None => fresh,
     };
     for (subject, image) in &bench.cfg.images {
         let size = bench
@@ -276,13 +339,23 @@ impl Bench {
                 .copied()
                 .filter(|s| *s != FLOOR || matches!(load, Load::Light(_)))
                 .collect();
-            let rounds = if !matches!(load, Load::Light(_)) {
+            // An in-memory load runs once: at 1,000 machines and more one phase takes longer
+            // than a round of every other load together.
+            let rounds = if matches!(load, Load::InMemory(..)) {
                 1
             } else {
                 self.cfg.rounds.max(1)
             };
             for round in 0..rounds {
                 for subject in williams(&subjects, round) {
+                    if on_record(report, subject, load, round) {
+                        say(&format!(
+                            "{subject} {load} round {}: on record, kept",
+                            round + 1
+                        ));
+                        previous = Some(subject.to_string());
+                        continue;
+                    }
                     // An interrupt ends the phase inside `one`, which still cleans up after itself.
                     self.interrupt.check()?;
                     let run = Run {
@@ -1144,6 +1217,118 @@ mod tests {
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             && !s.starts_with('-')
             && !s.ends_with('-')
+    }
+
+    /// A run of `load` as the bench records it.
+    fn recorded(subject: &str, load: Load, round: usize) -> Run {
+        let base = Run {
+            subject: subject.into(),
+            round,
+            ..Default::default()
+        };
+        match load {
+            Load::Light(l) => Run {
+                workload: report::LIGHT.into(),
+                n: l.n,
+                clusters: l.spread(),
+                ..base
+            },
+            Load::Nodes(s) => Run {
+                workload: NODES.into(),
+                n: s.control_planes + s.workers,
+                control_planes: Some(s.control_planes),
+                ..base
+            },
+            Load::InMemory(shape, n) => Run {
+                workload: shape.workload().into(),
+                n,
+                ..base
+            },
+        }
+    }
+
+    #[test]
+    fn a_resumed_run_skips_exactly_the_phases_on_record() {
+        let light = Load::Light(LightLoad::one(100));
+        let spread = Load::Light(LightLoad {
+            n: 100,
+            clusters: 10,
+        });
+        let nodes = |control_planes, workers| {
+            Load::Nodes(NodeShape {
+                control_planes,
+                workers,
+            })
+        };
+        let report = report::Report {
+            runs: vec![
+                recorded(CAPD_RS, light, 0),
+                recorded(UPSTREAM, nodes(3, 5), 1),
+                recorded(CAPD_RS, Load::InMemory(Shape::Pairs, 1000), 0),
+            ],
+            ..Default::default()
+        };
+        assert!(on_record(&report, CAPD_RS, light, 0));
+        assert!(!on_record(&report, CAPD_RS, light, 1), "another round");
+        assert!(!on_record(&report, UPSTREAM, light, 0), "another subject");
+        assert!(!on_record(&report, CAPD_RS, spread, 0), "the same N spread");
+        assert!(on_record(&report, UPSTREAM, nodes(3, 5), 1));
+        assert!(
+            !on_record(&report, UPSTREAM, nodes(1, 7), 1),
+            "the same N, one control plane"
+        );
+        assert!(on_record(
+            &report,
+            CAPD_RS,
+            Load::InMemory(Shape::Pairs, 1000),
+            0
+        ));
+        assert!(!on_record(
+            &report,
+            CAPD_RS,
+            Load::InMemory(Shape::One, 1000),
+            0
+        ));
+    }
+
+    #[test]
+    fn only_a_run_of_the_same_code_and_command_on_the_same_host_is_resumed() {
+        let path = std::env::temp_dir().join(format!("bench-resume-{}.json", std::process::id()));
+        let old = report::Report {
+            date: "2026-12-07T10:00:00Z".into(),
+            host: "2 cores, Docker Engine 29.1.2 (API 1.52)".into(),
+            command: "BENCH_ROUNDS=6 hack/bench.sh 100".into(),
+            code: "c16dcce".into(),
+            runs: vec![recorded(CAPD_RS, Load::Light(LightLoad::one(100)), 0)],
+            ..Default::default()
+        };
+        std::fs::write(&path, serde_json::to_string(&old).unwrap()).unwrap();
+        let fresh = |code: &str, command: &str, host: &str| report::Report {
+            date: "2026-12-08T09:00:00Z".into(),
+            host: host.into(),
+            command: command.into(),
+            code: code.into(),
+            ..Default::default()
+        };
+        let went_on = resumed(&path, fresh("c16dcce", &old.command, &old.host)).unwrap();
+        assert_eq!(went_on.runs.len(), 1);
+        assert_eq!(went_on.date, old.date);
+        assert_eq!(went_on.resumed, ["2026-12-08T09:00:00Z"]);
+        let refused = |code: &str, command: &str, host: &str, why: &str| {
+            let e = resumed(&path, fresh(code, command, host)).unwrap_err();
+            assert!(e.to_string().contains(why), "{e}");
+        };
+        refused("c16dcce", "hack/bench.sh 100", &old.host, "command");
+        refused(
+            "c16dcce",
+            &old.command,
+            "4 cores, Docker Engine 29.1.2 (API 1.52)",
+            "host",
+        );
+        refused("1636408", &old.command, &old.host, "code");
+        refused("c16dcce-dirty", &old.command, &old.host, "uncommitted");
+        std::fs::remove_file(&path).unwrap();
+        refused("c16dcce", &old.command, &old.host, "reading");
     }
 
     #[test]

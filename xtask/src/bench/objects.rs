@@ -26,7 +26,7 @@ const CAPI: &str = "cluster.x-k8s.io/v1beta2";
 const INFRA: &str = "infrastructure.cluster.x-k8s.io/v1beta2";
 
 /// How many creates or deletes are in flight at once.
-const CLIENT_PARALLELISM: usize = 32;
+pub const CLIENT_PARALLELISM: usize = 32;
 
 /// The bootstrap data every machine runs: a file and a command, and the sentinel both providers
 /// look for.

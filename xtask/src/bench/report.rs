@@ -195,11 +195,18 @@ pub struct Report {
     pub host: String,
     /// The command that produced it.
     pub command: String,
+    /// The code measured: the last commit that changed it (`hack/bench.sh` names the paths),
+    /// ending in `-dirty` when it had uncommitted changes.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub code: String,
     pub upstream_version: String,
     pub idle_window_s: f64,
     /// Manager image sizes in bytes, by subject.
     pub images: BTreeMap<String, u64>,
     pub runs: Vec<Run>,
+    /// When the run was taken up again from its partial result, each time (`--resume`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed: Vec<String>,
 }
 
 /// The rounds' median with their range, as the tables print it: "1.23 (1.10–1.40)" at 2 digits.
