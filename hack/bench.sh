@@ -70,7 +70,7 @@ UPSTREAM_IMAGE=capd-rs-bench/capd-upstream:v$CAPD_UPSTREAM_VERSION
 OWN_IMAGE=capd-rs/manager:dev
 
 # The same in-memory load ran severalfold slower on a plane that had been through a session of
-# tests than on a new one (docs/performance.md, "In-memory machines").
+# tests than on one that had been through a single CI run (docs/performance.md, "Same plane").
 if [[ ${BENCH_FRESH_PLANE:-1} == 1 ]]; then
   log "emptying the plane (BENCH_FRESH_PLANE=0 keeps it)"
   "$HACK_DIR/plane.sh" down >&2

@@ -151,8 +151,8 @@ struct BenchArgs {
     /// of its own and its requests are counted there too.
     #[arg(long)]
     audit_log: Option<PathBuf>,
-    /// The `partial.json` of an unfinished run of the same command on this host: its phases
-    /// are kept, the others run.
+    /// The `partial.json` of an unfinished run of the same command and code on this host: its
+    /// phases are kept, the others run.
     #[arg(long)]
     resume: Option<PathBuf>,
     /// Any of capd-rs, upstream, floor.

@@ -197,8 +197,12 @@ fn resumed(path: &Path, fresh: report::Report) -> Result<report::Report> {
     let mut old: report::Report =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
     ensure!(
-        !fresh.code.is_empty() && !fresh.code.ends_with("-dirty"),
-        "the code has uncommitted changes ({:?}): a resumed run must measure committed code",
+        !fresh.code.is_empty(),
+        "the code measured is not known (no --code): a resumed run must measure the same code"
+    );
+    ensure!(
+        !fresh.code.ends_with("-dirty"),
+        "the code has uncommitted changes ({}): a resumed run must measure committed code",
         fresh.code
     );
     for (what, was, now) in [
@@ -1327,6 +1331,7 @@ mod tests {
         );
         refused("1636408", &old.command, &old.host, "code");
         refused("c16dcce-dirty", &old.command, &old.host, "uncommitted");
+        refused("", &old.command, &old.host, "not known");
         std::fs::remove_file(&path).unwrap();
         refused("c16dcce", &old.command, &old.host, "reading");
     }
