@@ -122,8 +122,8 @@ pub struct Config {
     /// its own and its requests are counted there; without it, as the admin, counted by the
     /// manager's own metrics alone.
     pub audit_log: Option<PathBuf>,
-    /// A `partial.json` of an earlier, unfinished run of the same command on this host: its
-    /// phases are kept and only the others run (a run too long for one sitting).
+    /// A `partial.json` of an earlier, unfinished run of the same command and code on this
+    /// host: its phases are kept and only the others run (a run too long for one sitting).
     pub resume: Option<PathBuf>,
 }
 
@@ -166,9 +166,7 @@ impl Load {
             Load::InMemory(Shape::Pairs, n) => format!("p{n}"),
         }
     }
-}
 
-impl Load {
     /// The load a recorded run was a phase of.
     fn of(run: &Run) -> Option<Load> {
         match run.workload.as_str() {
