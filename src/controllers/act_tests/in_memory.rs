@@ -85,6 +85,19 @@ async fn a_dev_cluster_gets_a_port_of_the_range_and_is_provisioned() {
         "ns/c"
     );
     assert!(s.engine.created().is_empty(), "no container");
+    // Three writes, each one more reconcile of the Cluster by CAPI: the finalizer, the
+    // listener's name with the endpoint, the status.
+    let writes = |suffix: &str| {
+        s.api
+            .requests()
+            .iter()
+            .filter(|r| r.is(&http::Method::PATCH, suffix))
+            .count()
+    };
+    assert_eq!(
+        (writes("/devclusters/c"), writes("/devclusters/c/status")),
+        (2, 1)
+    );
 
     // A second cluster finds the range exhausted: Ready says so, nothing is written.
     s.put(sc::cluster("d", "DevCluster"));

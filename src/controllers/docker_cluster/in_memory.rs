@@ -141,17 +141,16 @@ async fn normal(step: &mut Step<'_, InMemoryClusters>, cluster: &Cluster) -> Res
         ClusterStep::Listen(request) => request,
     };
     let plan = phases::cluster_listened(&facts, cloud.reserve_port(&listener, request));
-    if dc.annotations().get(LISTENER_ANNOTATION) != Some(&listener) {
-        step.patcher
-            .annotations(json!({ LISTENER_ANNOTATION: listener }))
-            .await?;
-    }
-    if let Some(endpoint) = plan.endpoint {
-        // In spec before status says provisioned: CAPI copies it when provisioned turns true.
-        step.patcher
-            .spec(json!({ "controlPlaneEndpoint": endpoint }))
-            .await?;
-    }
+    // The listener's name and, the first time, the endpoint: one write. The endpoint goes in
+    // spec before status says provisioned: CAPI copies it when provisioned turns true.
+    let annotate = (dc.annotations().get(LISTENER_ANNOTATION) != Some(&listener))
+        .then(|| json!({ LISTENER_ANNOTATION: listener }));
+    let endpoint = plan
+        .endpoint
+        .map(|endpoint| json!({ "controlPlaneEndpoint": endpoint }));
+    step.patcher
+        .annotations_and_spec(annotate, endpoint)
+        .await?;
     match plan.condition {
         Some(why) => {
             step.report.set(&why);

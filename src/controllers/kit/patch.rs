@@ -234,6 +234,27 @@ impl<'a> Patcher<'a> {
             .await
     }
 
+    /// [`Self::annotations`] and [`Self::spec`] in one write, either of them left out when
+    /// `None`; nothing is written when both are. Each write to an infrastructure object makes
+    /// CAPI reconcile its owner again, so changes known together go together.
+    pub async fn annotations_and_spec(
+        &mut self,
+        annotations: Option<serde_json::Value>,
+        spec_fields: Option<serde_json::Value>,
+    ) -> Result<()> {
+        match (annotations, spec_fields) {
+            (None, None) => Ok(()),
+            (Some(a), None) => self.annotations(a).await,
+            (a, Some(spec)) => {
+                let mut patch = json!({ "spec": spec });
+                if let Some(a) = a {
+                    patch["metadata"] = json!({ "annotations": a });
+                }
+                self.merge(patch, true).await
+            }
+        }
+    }
+
     async fn merge(&mut self, patch: serde_json::Value, bumps: bool) -> Result<()> {
         let patched = self
             .api
