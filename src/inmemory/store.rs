@@ -62,8 +62,11 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_object_bytes: 1 << 20,
-            max_group_bytes: 16 << 20,
-            max_objects: 10_000,
+            // A cluster of 5,000 Nodes, the most Kubernetes supports, holds two objects per
+            // machine (its Node and CABPK's bootstrap-token Secret for its join): 10,004
+            // objects and 8.7 MiB, about a third of these (`a_group_holds_a_cluster_of_5000_nodes`).
+            max_group_bytes: 32 << 20,
+            max_objects: 30_000,
             ring_events: 512,
             ring_bytes: 8 << 20,
         }
@@ -1226,6 +1229,59 @@ mod tests {
             );
         }
         assert!(codes.contains(&201) && codes.ends_with(&[403]), "{codes:?}");
+    }
+
+    /// The largest cluster Kubernetes supports, 5,000 Nodes, as CAPI makes it through this
+    /// backend: per machine its Node (as the backend writes it, with what CAPI's Machine
+    /// controller adds) and the bootstrap-token Secret CABPK creates in the workload cluster for
+    /// its join. The default limits hold it with room to spare: at most a half of each.
+    #[test]
+    fn a_group_holds_a_cluster_of_5000_nodes() {
+        let limits = Limits::default();
+        let g = Store::new(limits).group("ns/big");
+        for m in 0..5000 {
+            let name = format!("big-md-0-{:05}-x7k2p", m);
+            let mut n = crate::inmemory::objects::node(
+                &name,
+                &format!("in-memory://{name}"),
+                Some("v1.35.4"),
+                false,
+            );
+            n["metadata"]["annotations"] = json!({
+                "cluster.x-k8s.io/cluster-name": "big",
+                "cluster.x-k8s.io/cluster-namespace": "ns",
+                "cluster.x-k8s.io/machine": name,
+                "cluster.x-k8s.io/owner-kind": "MachineSet",
+                "cluster.x-k8s.io/owner-name": "big-md-0-x7k2p",
+                "cluster.x-k8s.io/labels-from-machine": "node-role.kubernetes.io/worker",
+            });
+            n["metadata"]["labels"]["node-role.kubernetes.io/worker"] = json!("");
+            g.create(res("Node"), "", n).unwrap();
+            let token = json!({
+                "apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+                "metadata": {"name": format!("bootstrap-token-{m:06}"), "namespace": "kube-system"},
+                "data": {
+                    "auth-extra-groups": "c3lzdGVtOmJvb3RzdHJhcHBlcnM6a3ViZWFkbTpkZWZhdWx0LW5vZGUtdG9rZW4=",
+                    "expiration": "MjAyNi0xMi0wN1QxNToxOTowNVo=",
+                    "token-id": "YWJjZGVm",
+                    "token-secret": "MDEyMzQ1Njc4OWFiY2RlZg==",
+                    "usage-bootstrap-authentication": "dHJ1ZQ==",
+                    "usage-bootstrap-signing": "dHJ1ZQ==",
+                    "description": "dG9rZW4gZm9yIHdvcmtlci0x",
+                },
+            });
+            g.create(res("Secret"), "kube-system", token).unwrap();
+        }
+        let (count, bytes) = {
+            let state = g.lock();
+            (state.count, state.live_bytes)
+        };
+        println!(
+            "store: a 5,000-Node cluster: {count} objects, {} KiB of JSON",
+            bytes / 1024
+        );
+        assert!(2 * count <= limits.max_objects, "{count} objects");
+        assert!(2 * bytes <= limits.max_group_bytes, "{bytes} bytes");
     }
 
     /// 1,000 groups × 10 Nodes: what one Node costs in the store (printed; no assertion on
