@@ -80,7 +80,9 @@ pub struct Run {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_s: Option<f64>,
     /// From deleting the DockerMachines (one request) to all gone (the floor: all removed).
-    pub delete_s: f64,
+    /// `None`: the deletion failed, and the run was kept for its other figures.
+    #[serde(default)]
+    pub delete_s: Option<f64>,
     /// The manager's peak RSS (VmHWM) by the end of the run, MiB.
     pub peak_rss_mib: Option<f64>,
     /// The manager's CPU seconds from creating the DockerMachines to all bootstrapped.
@@ -218,6 +220,11 @@ fn median_range(v: &[f64], digits: usize) -> String {
 
 fn is_in_memory(r: &Run) -> bool {
     r.workload == IN_MEMORY || r.workload == IN_MEMORY_PAIRS
+}
+
+/// A table cell for a deletion time: one decimal, or "failed" for a run kept without it.
+fn deleted(delete_s: Option<f64>) -> String {
+    delete_s.map_or("failed".into(), |d| format!("{d:.1}"))
 }
 
 /// Nearest-rank percentile of unsorted values.
@@ -760,11 +767,11 @@ impl Report {
                 for r in self.in_memory_runs(workload, subject) {
                     let cpu = |name: &str| r.host_cpu_s.get(name).copied().unwrap_or(0.0);
                     rows.push_str(&format!(
-                        "| {workload} | {} | {subject} | {:.1} | {:.1} | {:.1} | {} | {} | {} | {:.1} / {:.1} |\n",
+                        "| {workload} | {} | {subject} | {:.1} | {:.1} | {} | {} | {} | {} | {:.1} / {:.1} |\n",
                         r.n,
                         r.provision_s,
                         r.n as f64 / r.provision_s.max(f64::MIN_POSITIVE),
-                        r.delete_s,
+                        deleted(r.delete_s),
                         opt(r.provision_cpu_s.map(|c| 1000.0 * c / r.n as f64), 1),
                         opt(r.peak_rss_mib.map(|m| 1024.0 * m / r.n as f64), 1),
                         opt(r.requests().map(|a| r.per_machine(a)), 1),
@@ -804,11 +811,11 @@ impl Report {
                     continue;
                 };
                 s.push_str(&format!(
-                    "| {n} | {subject} | {:.1} | {:.1} / {:.1} | {:.1} | {} | {} / {} | {} | {} | {:.1} |\n",
+                    "| {n} | {subject} | {:.1} | {:.1} / {:.1} | {} | {} | {} / {} | {} | {} | {:.1} |\n",
                     r.provision_s,
                     r.p50_s,
                     r.p95_s,
-                    r.delete_s,
+                    deleted(r.delete_s),
                     opt(r.peak_rss_mib, 1),
                     opt(r.provision_cpu_s, 2),
                     opt(r.total_cpu_s, 2),
@@ -910,12 +917,12 @@ impl Report {
                 .filter_map(|s| self.nodes_run(s, shape))
             {
                 rows.push_str(&format!(
-                    "| {shape} | {} | {:.1} | {} / {:.1} | {:.1} | {} | {} / {} | {} | {} |\n",
+                    "| {shape} | {} | {:.1} | {} / {:.1} | {} | {} | {} / {} | {} | {} |\n",
                     r.subject,
                     r.provision_s,
                     opt(r.first_s, 1),
                     r.p50_s,
-                    r.delete_s,
+                    deleted(r.delete_s),
                     opt(r.peak_rss_mib, 1),
                     opt(r.provision_cpu_s, 2),
                     opt(r.total_cpu_s, 2),
@@ -1481,6 +1488,35 @@ mod tests {
                 clusters: 10
             }
         );
+    }
+
+    #[test]
+    fn a_run_whose_deletion_failed_keeps_its_row_and_says_so() {
+        let failed = Run {
+            delete_s: None,
+            ..run(CAPD_RS, 10, 5.0, Some(20.0), Some(40))
+        };
+        let kept = Run {
+            delete_s: Some(2.34),
+            ..run(UPSTREAM, 10, 9.0, Some(60.0), Some(100))
+        };
+        let md = Report {
+            runs: vec![failed.clone(), kept],
+            ..Default::default()
+        }
+        .markdown();
+        assert!(
+            md.contains("| 10 | capd-rs | 5.0 | 0.0 / 0.0 | failed |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 10 | upstream | 9.0 | 0.0 / 0.0 | 2.3 |"),
+            "{md}"
+        );
+        let written = serde_json::to_value(&failed).unwrap();
+        assert!(written["delete_s"].is_null(), "{written}");
+        let back: Run = serde_json::from_value(written).unwrap();
+        assert_eq!(back.delete_s, None);
     }
 
     #[test]
