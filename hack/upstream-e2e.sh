@@ -35,8 +35,8 @@
 #   clusterclass-changes, clusterclass-rollout, scale, in-place-update,
 #   cluster-upgrade-runtimesdk, cluster-upgrade-runtimesdk-cross-ns
 #                             upstream's specs of those names on its in-memory flavors
-#                             (in-memory-topology, in-memory-scale): config.yaml turns on capd-rs's
-#                             --in-memory-backend
+#                             (in-memory-topology, in-memory-scale), on capd-rs's in-memory
+#                             backend as its Deployment serves it by default
 # Environment: E2E_KIND, who makes the kind management cluster:
 #   script     (default) hack/kind.sh up, then hack/kind-providers.sh load; the suite gets its
 #              kubeconfig and talks to no Docker Engine (no node logs in the artifacts)

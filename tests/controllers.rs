@@ -1017,12 +1017,14 @@ async fn docker_outage_is_reported_and_recovered_from() {
 }
 
 /// A DevCluster is served by the same controller as a DockerCluster when its backend is docker;
-/// upstream's in-memory backend is reported, not served: a condition and a Warning Event (the
-/// second time it happens, the same Event's series, which the recorder patches), no finalizer,
-/// and deletion still removes what the docker backend had made.
+/// with the in-memory backend turned off (`--in-memory-backend=false`, served by default as
+/// upstream), an in-memory DevCluster is reported, not served: a condition and a Warning Event
+/// (the second time it happens, the same Event's series, which the recorder patches), no
+/// finalizer, and deletion still removes what the docker backend had made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dev_cluster_is_served_with_the_docker_backend_only() {
-    let (env, ns) = TestEnv::with_namespaced_manager("devc").await;
+    let (env, ns) =
+        TestEnv::with_namespaced_manager_args("devc", &["--in-memory-backend=false"]).await;
     env.run(|env| async move {
         let name = format!("{}-c", env.id);
         let cluster = env.create_cluster(&ns, &name, false).await;

@@ -4,6 +4,8 @@
 //! at the DevCluster's endpoint with the kubeconfig KCP writes, finds each machine's Node by
 //! its providerID, CABPK writes its join tokens there, and KCP reads the etcd members through
 //! port-forward to the fake etcd: 3 control planes and 10 workers make an Available Cluster.
+//! The managers here are started without `--in-memory-backend`: the backend is served by
+//! default, as upstream's is.
 mod common;
 
 use std::time::Duration;
@@ -99,7 +101,7 @@ fn manifest(name: &str, ns: &str, control_planes: u32, workers: u32) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_capi_drives_an_in_memory_cluster_of_3_control_planes_and_10_workers_to_available() {
-    let (env, ns) = TestEnv::with_namespaced_manager_args("inmem", &["--in-memory-backend"]).await;
+    let (env, ns) = TestEnv::with_namespaced_manager("inmem").await;
     env.run(|env| async move {
         let name = format!("{}-c", env.id);
         kubectl(&["apply", "-f", "-"], Some(&manifest(&name, &ns, 3, 10)));
@@ -238,7 +240,7 @@ async fn real_capi_drives_an_in_memory_cluster_of_3_control_planes_and_10_worker
 /// address is never dialled: only its text is rewritten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_manager_rewrites_the_kubeconfig_server_then_the_endpoint() {
-    let (env, ns) = TestEnv::with_namespaced_manager_args("inmove", &["--in-memory-backend"]).await;
+    let (env, ns) = TestEnv::with_namespaced_manager("inmove").await;
     env.run(|env| async move {
         let name = format!("{}-c", env.id);
         let port = free_port();

@@ -56,17 +56,17 @@ pub fn in_memory_backend(meta: &KubeMeta) -> Option<&str> {
 /// What the condition of an object with an unserved backend says.
 pub fn unserved_message(kind: &str, backend: &str) -> String {
     format!(
-        "spec.backend.{backend} is not served by this manager: it serves it only when started \
-         with --in-memory-backend (clusterctl variable CAPD_IN_MEMORY_BACKEND=true); otherwise \
-         create the {kind} with a docker backend"
+        "spec.backend.{backend} is not served by this manager: it was started with \
+         --in-memory-backend=false (clusterctl variable CAPD_IN_MEMORY_BACKEND=false); start it \
+         without that, or create the {kind} with a docker backend"
     )
 }
 
-/// Upstream's in-memory backend: kept as written; acted on only behind `--in-memory-backend`.
+/// Upstream's in-memory backend: kept as written; acted on unless `--in-memory-backend=false`.
 pub(crate) fn in_memory_schema(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
-        "description": "Upstream's in-memory backend: served when the manager runs with --in-memory-backend.",
+        "description": "Upstream's in-memory backend: served unless the manager runs with --in-memory-backend=false.",
         "x-kubernetes-preserve-unknown-fields": true,
     })
 }

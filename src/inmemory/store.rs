@@ -24,7 +24,7 @@
 //! each and [`Limits::max_group_bytes`] together (writes past them: 413, 403), plus the event
 //! ring: at most [`Limits::ring_events`] events whose objects hold at most
 //! [`Limits::ring_bytes`] not already counted live (an event shares its object with the map).
-//! With the defaults a group holds at most 16 MiB of objects + 8 MiB of history + a fixed
+//! With the defaults a group holds at most 32 MiB of objects + 8 MiB of history + a fixed
 //! ~200 bytes of bookkeeping per object; the store holds the groups its owner creates.
 //! `tests::bound_1000_groups_of_10_nodes` measures the per-object cost.
 use std::{

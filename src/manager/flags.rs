@@ -207,10 +207,11 @@ pub struct Flags {
     #[arg(long, env = "CAPD_EXTRA_MOUNT_ALLOW_DOCKER_SOCKET", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
     pub extra_mount_allow_docker_socket: bool,
     /// Serve `spec.backend.inMemory` of the Dev* kinds (upstream's test backend: simulated
-    /// machines, each workload cluster's API server a listener in this process). Off: such
-    /// objects are reported `BackendNotServed`. Off by default until upstream's in-memory e2e
-    /// specs pass (docs/in-memory.md).
-    #[arg(long, env = "CAPD_IN_MEMORY_BACKEND", default_value = "false", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
+    /// machines, each workload cluster's API server a listener in this process). On by default,
+    /// as upstream always serves it, so that upstream's in-memory flavors work after a drop-in
+    /// swap; off (`=false`), such objects are reported `BackendNotServed` and no listener is
+    /// ever opened (docs/in-memory.md).
+    #[arg(long, env = "CAPD_IN_MEMORY_BACKEND", default_value = "true", num_args = 0..=1, default_missing_value = "true", value_parser = go_bool)]
     pub in_memory_backend: bool,
     /// The address the in-memory workload clusters' API servers listen on and their endpoints
     /// name: the manager Pod's IP (upstream reads the same POD_IP).
