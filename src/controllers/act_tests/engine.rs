@@ -7,7 +7,10 @@
 //! script's effects) it does not pretend to do.
 use std::{
     collections::BTreeMap,
-    sync::{Mutex, MutexGuard},
+    sync::{
+        Mutex, MutexGuard,
+        atomic::{AtomicBool, Ordering},
+    },
 };
 
 use async_trait::async_trait;
@@ -38,6 +41,8 @@ pub struct Engine {
     /// Records every exec (see [`FakeRuntime::calls`]).
     pub execs: FakeRuntime,
     state: Mutex<Containers>,
+    /// See [`Engine::hold_bootstrap_runs`].
+    hold_runs: AtomicBool,
 }
 
 impl Engine {
@@ -45,8 +50,14 @@ impl Engine {
     pub fn with_exec_delay(delay: std::time::Duration) -> Self {
         Engine {
             execs: FakeRuntime::slow(delay),
-            state: Mutex::default(),
+            ..Default::default()
         }
+    }
+
+    /// While `hold`, a bootstrap script's exec (`/bin/sh -c`) is recorded and never answers: a
+    /// run that its manager process never saw end.
+    pub fn hold_bootstrap_runs(&self, hold: bool) {
+        self.hold_runs.store(hold, Ordering::SeqCst);
     }
 
     fn state(&self) -> MutexGuard<'_, Containers> {
@@ -226,6 +237,13 @@ impl ContainerRuntime for Engine {
     ) -> RuntimeResult<ExecOutput> {
         // Recorded (and answered, for commands not emulated below) by the plain fake.
         let default = self.execs.exec(name, argv, stdin).await?;
+        let writes_a_file = argv.get(2).is_some_and(|s| s.ends_with("cat > \"$0\""));
+        if self.hold_runs.load(Ordering::SeqCst)
+            && argv.first().is_some_and(|a| a == "/bin/sh")
+            && !writes_a_file
+        {
+            std::future::pending::<()>().await;
+        }
         let mut s = self.state();
         if !s.by_name.get(name).is_some_and(ContainerInfo::is_running) {
             return Err(RuntimeError::Rejected(format!(

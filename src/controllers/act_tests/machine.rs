@@ -103,44 +103,34 @@ async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_sec
         .into_iter()
         .filter(|r| r.is(&Method::PATCH, "/dockermachines/m"))
         .count();
-    assert_eq!(object_writes, 1, "one write to the object: its finalizer");
-    assert!(
-        stored["status"].is_null(),
-        "the status waits for the bootstrap's end (or a few seconds): {stored}"
+    // The fake node's bootstrap (its one exec) ends at once, and the pass that started it
+    // waited for that end: it provisioned the machine, with one status write.
+    assert_eq!(
+        object_writes, 2,
+        "two writes to the object: its finalizer, then providerID"
     );
-    assert!(
-        stored["spec"]["providerID"].is_null(),
-        "no providerID before bootstrap is done"
-    );
-
-    // A pass that comes while the young bootstrap runs holds the status too.
-    let dm = s.get::<DockerMachine>("m").unwrap();
-    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
-    assert!(s.json::<DockerMachine>("m")["status"].is_null());
-
-    // Once the hold is over, a pass writes: "Bootstrapping", or (the fake node's bootstrap may
-    // have ended by then) done, in one write.
-    tokio::time::sleep(docker_machine::bootstrap::FIRST_WORD).await;
-    let dm = s.get::<DockerMachine>("m").unwrap();
-    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
-    let stored = s.json::<DockerMachine>("m");
+    assert_eq!(stored["spec"]["providerID"], "docker:////c-m", "{stored}");
+    let status_writes = s
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.is(&Method::PATCH, "/dockermachines/m/status"))
+        .count();
+    assert_eq!(status_writes, 1, "{stored}");
     let provisioned = Some(("True".to_string(), "Provisioned".to_string()));
     assert_eq!(condition(&stored, "ContainerProvisioned"), provisioned);
-    let cgroups = condition(&stored, "CGroupsReady");
-    assert!(
-        cgroups == Some(("False".into(), "Bootstrapping".into()))
-            || condition(&stored, "BootstrapCompleted").is_some_and(|c| c.0 == "True"),
+    assert_eq!(
+        condition(&stored, "BootstrapCompleted"),
+        Some(("True".to_string(), "Completed".to_string())),
         "{stored}"
     );
-    // The bootstrap runs in the background, in the container; not waited for here.
-    s.ctx.bootstraps.cancel(&uid);
 }
 
-/// A pass that comes while a young bootstrap runs (CAPI's writes, the finalizer's echo) holds
-/// the status and runs nothing in the node: at a burst of new machines each exec is a process
-/// started in a node. Past the hold, the progress is read and said.
+/// The pass that starts a bootstrap waits for its end, FIRST_WORD at most, running nothing
+/// else in the node (at a burst of new machines each exec is a process started in a node), and
+/// then says it started; the pass after it reads the node's progress and says it.
 #[tokio::test]
-async fn a_pass_during_a_young_bootstrap_runs_nothing_in_the_node() {
+async fn the_pass_that_starts_a_bootstrap_waits_for_it_then_says_bootstrapping() {
     let engine = Engine::with_exec_delay(std::time::Duration::from_secs(8));
     let (s, dm) = machine_scenario_in(Scenario::docker_on(engine), false, true).await;
     let uid = dm.metadata.uid.clone().unwrap();
@@ -151,26 +141,26 @@ async fn a_pass_during_a_young_bootstrap_runs_nothing_in_the_node() {
             .filter(|c| c.0 == "c-m")
             .collect::<Vec<_>>()
     };
+    let t0 = std::time::Instant::now();
     s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+    assert!(
+        t0.elapsed() >= docker_machine::bootstrap::FIRST_WORD,
+        "it waited for the bootstrap: {:?}",
+        t0.elapsed()
+    );
     assert!(s.ctx.bootstraps.is_running(&uid));
-    settle(|| in_node().len() == 1).await;
-    assert_eq!(in_node().len(), 1, "the bootstrap's one exec");
+    assert_eq!(in_node().len(), 1, "the bootstrap's one exec, nothing else");
+    let stored = s.json::<DockerMachine>("m");
+    let message = condition_message(&stored, "CGroupsReady").unwrap_or_default();
+    assert!(
+        message.starts_with("Bootstrap running") && !message.contains("at step"),
+        "what the task knows, without a look in the node: {stored}"
+    );
 
-    let dm = s.get::<DockerMachine>("m").unwrap();
-    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    assert_eq!(in_node().len(), 1, "nothing run in the node");
-    assert!(s.json::<DockerMachine>("m")["status"].is_null(), "held");
-
-    tokio::time::sleep(docker_machine::bootstrap::FIRST_WORD).await;
     let dm = s.get::<DockerMachine>("m").unwrap();
     s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
     let calls = in_node();
-    assert_eq!(
-        calls.len(),
-        2,
-        "the progress file, read once the hold is over"
-    );
+    assert_eq!(calls.len(), 2, "the progress file, read by the pass after");
     assert_eq!(
         calls[1].1.first().map(String::as_str),
         Some("cat"),
@@ -187,12 +177,13 @@ async fn a_pass_during_a_young_bootstrap_runs_nothing_in_the_node() {
 }
 
 /// A node container removed behind the manager's back after its bootstrap ended, before any
-/// pass wrote that end (the status was held): the new container gets a bootstrap of its own;
-/// the ended one does not pass for it.
+/// pass wrote that end (a run longer than the wait of the pass that started it): the new
+/// container gets a bootstrap of its own; the ended one does not pass for it.
 #[tokio::test]
 async fn a_container_made_again_is_not_reported_bootstrapped_by_the_run_of_the_one_before() {
     use crate::docker::ContainerRuntime;
-    let (s, dm) = machine_scenario(false, true).await;
+    let engine = Engine::with_exec_delay(std::time::Duration::from_secs(5));
+    let (s, dm) = machine_scenario_in(Scenario::docker_on(engine), false, true).await;
     let uid = dm.metadata.uid.clone().unwrap();
     let bootstraps = || {
         let calls = s.engine.execs.calls();
@@ -200,11 +191,10 @@ async fn a_container_made_again_is_not_reported_bootstrapped_by_the_run_of_the_o
         runs.count()
     };
     s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
-    settle(|| matches!(s.ctx.bootstraps.poll(&uid), TaskState::Finished(_))).await;
-    assert!(
-        matches!(s.ctx.bootstraps.poll(&uid), TaskState::Finished(_)),
-        "the fake node's bootstrap ended"
-    );
+    let ended = || matches!(s.ctx.bootstraps.poll(&uid), TaskState::Finished(_));
+    assert!(!ended(), "the pass stopped waiting before the run ended");
+    settle_for(std::time::Duration::from_secs(5), ended).await;
+    assert!(ended(), "the fake node's bootstrap ended");
     assert_eq!(bootstraps(), 1);
     let first = start_label(&s);
     s.engine.remove("c-m").await.unwrap();
@@ -230,8 +220,7 @@ async fn a_container_made_again_is_not_reported_bootstrapped_by_the_run_of_the_o
 
 /// A bootstrap failed (its result written), then the node container went (removed by hand to
 /// retry, or by whatever broke it): the container made again is a new node, where nothing has
-/// run, and gets one run of its own; the old failure is taken off the status at once, and the
-/// machine is provisioned when that run succeeds.
+/// run, and gets one run of its own; the machine is provisioned when that run succeeds.
 #[tokio::test]
 async fn a_node_made_again_after_a_failed_bootstrap_is_bootstrapped() {
     use crate::docker::ContainerRuntime;
@@ -244,13 +233,20 @@ async fn a_node_made_again_after_a_failed_bootstrap_is_bootstrapped() {
         let dm = s.get::<DockerMachine>("m").unwrap();
         s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
     };
+    let runs = || {
+        let calls = s.engine.execs.calls();
+        let runs = calls.iter().filter(|c| c.0 == "c-m" && c.1[0] == "/bin/sh");
+        runs.count()
+    };
     // The first node stops under its run (and comes back, as the restart policy brings it):
     // the run fails, and the failure is written.
-    pass().await;
-    settle(|| s.engine.execs.calls().iter().any(|c| c.0 == "c-m")).await;
-    s.engine.set_state("c-m", ContainerState::Exited);
-    settle_for(std::time::Duration::from_secs(3), finished).await;
-    s.engine.set_state("c-m", ContainerState::Running);
+    let stop = async {
+        settle(|| runs() == 1).await;
+        s.engine.set_state("c-m", ContainerState::Exited);
+        settle_for(std::time::Duration::from_secs(3), finished).await;
+        s.engine.set_state("c-m", ContainerState::Running);
+    };
+    tokio::join!(pass(), stop);
     pass().await;
     assert_eq!(
         reason("CGroupsReady").as_deref(),
@@ -260,18 +256,16 @@ async fn a_node_made_again_after_a_failed_bootstrap_is_bootstrapped() {
     );
 
     s.engine.remove("c-m").await.unwrap();
-    pass().await;
+    // The new node's run leaves the sentinel, as a real one's script would.
+    let sentinel = async {
+        settle(|| s.engine.container("c-m").is_some()).await;
+        s.engine
+            .put_file("c-m", crate::bootstrap::SENTINEL_PATH, "success\n");
+    };
+    tokio::join!(pass(), sentinel);
     assert!(s.engine.container("c-m").is_some(), "made again");
-    assert!(s.ctx.bootstraps.is_running(&uid), "a run for the new node");
-    assert_eq!(
-        reason("CGroupsReady").as_deref(),
-        Some("Bootstrapping"),
-        "the old failure is gone from the status at once, not held"
-    );
-    // This node's run leaves the sentinel.
-    s.engine
-        .put_file("c-m", crate::bootstrap::SENTINEL_PATH, "success\n");
     settle_for(std::time::Duration::from_secs(3), finished).await;
+    assert_eq!(runs(), 2, "a run of its own for the new node");
     pass().await;
     let stored = s.json::<DockerMachine>("m");
     assert_eq!(
@@ -305,8 +299,12 @@ async fn settle(done: impl Fn() -> bool) {
 async fn started_by_a_stopped_process(claimed: bool, old: bool) -> (Scenario, DockerMachine) {
     let (s, dm) = machine_scenario(false, true).await;
     let uid = dm.metadata.uid.clone().unwrap();
+    // The process stops while the run is in its one exec (the pass said "Bootstrapping" once
+    // its wait was over): the task is gone, and the node never answered.
+    s.engine.hold_bootstrap_runs(true);
     s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
     s.ctx.bootstraps.cancel(&uid);
+    s.engine.hold_bootstrap_runs(false);
     if claimed {
         s.engine
             .put_file("c-m", crate::bootstrap::CLAIM_PATH, "the earlier run\n");
@@ -435,11 +433,6 @@ async fn a_control_plane_machine_becomes_a_load_balancer_backend_and_leaves_it_o
     let (s, dm) = machine_scenario(true, true).await;
     let uid = dm.metadata.uid.clone().unwrap();
 
-    s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
-    // Its status is held while the bootstrap that just started may end; a pass after that
-    // writes it.
-    tokio::time::sleep(docker_machine::bootstrap::FIRST_WORD).await;
-    let dm = s.get::<DockerMachine>("m").unwrap();
     s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
     s.ctx.bootstraps.cancel(&uid);
 

@@ -53,9 +53,9 @@ const POLL: Duration = Duration::from_secs(10);
 /// How often a terminal result is re-checked against the sentinel (an orphaned exec of a
 /// previous manager may still have succeeded).
 const TERMINAL_RECHECK: Duration = Duration::from_secs(300);
-/// How long the status of a machine whose bootstrap just started may wait for that bootstrap's
-/// end before it says "Bootstrapping" (see [`crate::controllers::kit::report::Report::hold`]).
-/// Long enough for a light node's bootstrap on a busy host, short beside a real node's.
+/// How long the pass that starts a bootstrap waits for its end before it says "Bootstrapping".
+/// Long enough for a light node's bootstrap on a busy host, short beside a real node's: a short
+/// bootstrap's end is then that pass's one status write, made at once.
 pub(crate) const FIRST_WORD: Duration = Duration::from_secs(3);
 
 pub enum Outcome {
@@ -178,11 +178,6 @@ pub async fn reconcile(
     // command has run yet (a node removed after its bootstrap failed, by hand or by whatever
     // stopped it, gets one run of its own, as the first node did).
     let terminal = terminal_on_record && !t.fresh;
-    let mut set = |ds: [Desired; 3]| {
-        for d in &ds {
-            status.set(d);
-        }
-    };
     let images = image_steps(t.dm);
     let at = |step| Phase::of_step(step, images);
     // Once a terminal result is in status, the finished task has nothing left to tell.
@@ -194,55 +189,18 @@ pub async fn reconcile(
         return Ok(Outcome::Done);
     }
 
-    match ctx.bootstraps.poll(&uid) {
-        TaskState::Running {
-            step,
-            total,
-            description,
-            elapsed,
-        } => {
-            // Whatever woke this pass (CAPI's writes, the echo of the finalizer), a bootstrap
-            // younger than FIRST_WORD may still end before its start needs saying (see the
-            // start below): the status is held, so nothing is read from the node for it (the
-            // progress file is an exec, a process in the node, at a burst of a hundred).
-            if let Some(left) = FIRST_WORD.checked_sub(elapsed).filter(|d| !d.is_zero()) {
-                status.hold(left);
-                return Ok(Outcome::Wait(Action::requeue(POLL)));
-            }
-            // Step 0: not at a step (waiting for a slot, or all steps in one exec, where the
-            // node's progress file tells how far the script got).
-            let (phase, message) = if step > 0 {
-                (
-                    at(step),
-                    format!("Running step {step}/{total}: {description}"),
-                )
-            } else if description == WAITING_FOR_SLOT {
-                (Phase::CGroups, format!("Bootstrap {description}"))
-            } else {
-                let step = current_step(ctx, t.container, images).await;
-                (
-                    at(step),
-                    format!("Bootstrap {description}; at step {step}/{total}"),
-                )
-            };
-            set(at_phase(phase, reasons::BOOTSTRAPPING, message));
-            return Ok(Outcome::Wait(Action::requeue(POLL)));
+    // A bootstrap younger than FIRST_WORD (its pass failed after starting it) gets the rest of
+    // the wait its start would have had.
+    let state = match ctx.bootstraps.poll(&uid) {
+        TaskState::Running { elapsed, .. } if elapsed < FIRST_WORD => {
+            ctx.bootstraps
+                .ended_within(&uid, FIRST_WORD - elapsed)
+                .await
         }
-        // A terminal result stays in the task list until a pass sees it persisted (above).
-        TaskState::Finished(Finished::Failed { step, message }) => {
-            set(at_phase(at(step), reasons::BOOTSTRAP_FAILED, message));
-            return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
-        }
-        TaskState::Finished(Finished::TimedOut { step, message }) => {
-            set(at_phase(at(step), reasons::BOOTSTRAP_TIMED_OUT, message));
-            return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
-        }
-        // The runner saw the sentinel (a run without it ends as Failed).
-        TaskState::Finished(Finished::Succeeded) => {
-            set(completed());
-            return Ok(Outcome::Done);
-        }
-        TaskState::NotStarted => {}
+        state => state,
+    };
+    if let Some(outcome) = report_task(state, t, ctx, Look::Progress, status).await {
+        return Ok(outcome);
     }
 
     // No task of this process. After a terminal result or a start by an earlier process, the
@@ -255,7 +213,7 @@ pub async fn reconcile(
     };
     let started = on_record.as_ref().map(|r| r.at);
     if (terminal || started.is_some()) && sentinel_exists(ctx, t.container).await? {
-        set(completed());
+        set(status, completed());
         return Ok(Outcome::Done);
     }
     if terminal {
@@ -271,28 +229,28 @@ pub async fn reconcile(
         let phase = at(current_step(ctx, t.container, images).await);
         let deadline = started + chrono::Duration::from_std(timeout).unwrap_or_default();
         if now < deadline {
-            set(at_phase(
-                phase,
-                reasons::BOOTSTRAPPING,
-                format!(
-                    "Waiting for the bootstrap started at {} by an earlier manager process (it is not re-run)",
-                    started.to_rfc3339()
-                ),
-            ));
+            let waiting = format!(
+                "Waiting for the bootstrap started at {} by an earlier manager process (it is not re-run)",
+                started.to_rfc3339()
+            );
+            set(status, at_phase(phase, reasons::BOOTSTRAPPING, waiting));
             return Ok(Outcome::Wait(Action::requeue(POLL)));
         }
-        set(at_phase(
-            phase,
-            reasons::BOOTSTRAP_TIMED_OUT,
-            format!(
-                "The bootstrap started at {} by an earlier manager process did not create {} within {}s; \
+        set(
+            status,
+            at_phase(
+                phase,
+                reasons::BOOTSTRAP_TIMED_OUT,
+                format!(
+                    "The bootstrap started at {} by an earlier manager process did not create {} within {}s; \
                  if that process stopped between two steps, the remaining steps were not run, to avoid running \
                  any command twice: replace the machine (e.g. with a MachineHealthCheck)",
-                started.to_rfc3339(),
-                bootstrap::SENTINEL_PATH,
-                timeout.as_secs()
+                    started.to_rfc3339(),
+                    bootstrap::SENTINEL_PATH,
+                    timeout.as_secs()
+                ),
             ),
-        ));
+        );
         return Ok(Outcome::Wait(Action::requeue(TERMINAL_RECHECK)));
     }
 
@@ -303,7 +261,7 @@ pub async fn reconcile(
         // whose status did not come along) is still recognised by its sentinel.
         Err(e) if sentinel_exists(ctx, t.container).await? => {
             info!(container = %t.container, error = %e, "bootstrap data unusable, but the node is bootstrapped");
-            set(completed());
+            set(status, completed());
             return Ok(Outcome::Done);
         }
         Err(e) => return Err(e),
@@ -339,19 +297,94 @@ pub async fn reconcile(
         )
         .await;
     }
-    set(at_phase(
-        Phase::CGroups,
-        reasons::BOOTSTRAPPING,
-        format!("Started {total} bootstrap steps"),
-    ));
     // A short bootstrap (a light node's, or one whose node was bootstrapped already) ends
-    // before the status saying it started would be read by anyone: its end is the one write.
-    // Not over a terminal result on record: that must go at once, or the passes until the
-    // write would take it for this run's.
-    if !terminal_on_record {
-        status.hold(FIRST_WORD);
+    // within FIRST_WORD: its end is then this pass's one status write, made at once. The pass
+    // its end wakes would first wait for a worker, behind every machine queued for one.
+    let state = ctx.bootstraps.ended_within(&uid, FIRST_WORD).await;
+    Ok(report_task(state, t, ctx, Look::Started, status)
+        .await
+        .unwrap_or(Outcome::Wait(Action::requeue(POLL))))
+}
+
+/// Set the three bootstrap conditions.
+fn set(status: &mut Status, conditions: [Desired; 3]) {
+    for d in &conditions {
+        status.set(d);
     }
-    Ok(Outcome::Wait(Action::requeue(POLL)))
+}
+
+/// What a running bootstrap's conditions say of its progress.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// What the task knows, and the node's progress file when the task runs every step in one
+    /// exec (an exec: a process in the node).
+    Progress,
+    /// What the task knows only: this pass started it, so it is at its beginning (and at a
+    /// burst of new machines, each look would be a process started in a node).
+    Started,
+}
+
+/// The conditions a bootstrap task of this process gives `status`, and what the reconcile does
+/// next; `None` when there is no task.
+async fn report_task(
+    state: TaskState,
+    t: &Target<'_>,
+    ctx: &Context,
+    look: Look,
+    status: &mut Status,
+) -> Option<Outcome> {
+    let images = image_steps(t.dm);
+    let at = |step| Phase::of_step(step, images);
+    let outcome = match state {
+        TaskState::NotStarted => return None,
+        TaskState::Running {
+            step,
+            total,
+            description,
+            ..
+        } => {
+            // Step 0: not at a step (waiting for a slot, or all steps in one exec, where the
+            // node's progress file tells how far the script got; one this pass started is at
+            // its beginning).
+            let (phase, message) = if step > 0 {
+                (
+                    at(step),
+                    format!("Running step {step}/{total}: {description}"),
+                )
+            } else if description == WAITING_FOR_SLOT || look == Look::Started {
+                (Phase::CGroups, format!("Bootstrap {description}"))
+            } else {
+                let step = current_step(ctx, t.container, images).await;
+                (
+                    at(step),
+                    format!("Bootstrap {description}; at step {step}/{total}"),
+                )
+            };
+            set(status, at_phase(phase, reasons::BOOTSTRAPPING, message));
+            Outcome::Wait(Action::requeue(POLL))
+        }
+        // A terminal result stays in the task list until a pass sees it persisted.
+        TaskState::Finished(Finished::Failed { step, message }) => {
+            set(
+                status,
+                at_phase(at(step), reasons::BOOTSTRAP_FAILED, message),
+            );
+            Outcome::Wait(Action::requeue(TERMINAL_RECHECK))
+        }
+        TaskState::Finished(Finished::TimedOut { step, message }) => {
+            set(
+                status,
+                at_phase(at(step), reasons::BOOTSTRAP_TIMED_OUT, message),
+            );
+            Outcome::Wait(Action::requeue(TERMINAL_RECHECK))
+        }
+        // The runner saw the sentinel (a run without it ends as Failed).
+        TaskState::Finished(Finished::Succeeded) => {
+            set(status, completed());
+            Outcome::Done
+        }
+    };
+    Some(outcome)
 }
 
 /// The step the node's bootstrap script is at (1-based), from its progress file: one exec, only

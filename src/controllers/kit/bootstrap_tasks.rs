@@ -1,5 +1,7 @@
 //! Bootstrap runs as a background task per DockerMachine so that a reconcile never blocks a
-//! worker for minutes. Reconciles poll the task's progress and collect its result. At most
+//! worker for minutes (the pass that starts one waits a few seconds at most, for a short one's
+//! end: [`BootstrapTasks::ended_within`]). Reconciles poll the task's progress and collect its
+//! result. At most
 //! `limit` tasks run their steps at once (the controller's concurrency no longer bounds them once
 //! the reconcile that started them has returned); the others wait for a slot, and their timeout
 //! starts when they get one.
@@ -9,7 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::{sync::Semaphore, task::JoinHandle};
+use tokio::{
+    sync::{Semaphore, watch},
+    task::JoinHandle,
+};
 use tracing::{Instrument, info};
 
 use crate::{
@@ -51,7 +56,8 @@ struct Task {
     progress: Arc<Mutex<(usize, String)>>,
     total: usize,
     started: Instant,
-    result: Arc<Mutex<Option<Finished>>>,
+    /// `None` until the run ends (the sender is the run's; a cancelled run drops it).
+    result: watch::Receiver<Option<Finished>>,
 }
 
 /// In-flight bootstrap tasks, keyed by DockerMachine UID.
@@ -82,7 +88,7 @@ impl BootstrapTasks {
         let Some(task) = tasks.get(uid) else {
             return TaskState::NotStarted;
         };
-        if let Some(done) = lock(&task.result).clone() {
+        if let Some(done) = task.result.borrow().clone() {
             return TaskState::Finished(done);
         }
         let (step, description) = lock(&task.progress).clone();
@@ -92,6 +98,19 @@ impl BootstrapTasks {
             description,
             elapsed: task.started.elapsed(),
         }
+    }
+
+    /// The state of `uid`'s bootstrap once it has ended, or once `at_most` has passed. The
+    /// reconcile that starts a short bootstrap (a light node's) reports its end this way, in the
+    /// same pass: the pass its end wakes would first wait for a worker, behind every machine
+    /// queued for one (at a burst of 500 new machines, up to minutes).
+    pub async fn ended_within(&self, uid: &str, at_most: Duration) -> TaskState {
+        let result = lock(&self.tasks).get(uid).map(|t| t.result.clone());
+        if let Some(mut result) = result {
+            // Ended, cancelled (its sender dropped) or still running: the poll says which.
+            let _ = tokio::time::timeout(at_most, result.wait_for(Option::is_some)).await;
+        }
+        self.poll(uid)
     }
 
     /// Whether a bootstrap of `uid` is in flight (waiting for a slot or running).
@@ -118,10 +137,10 @@ impl BootstrapTasks {
             return;
         }
         let progress = Arc::new(Mutex::new((0usize, WAITING_FOR_SLOT.to_string())));
-        let result = Arc::new(Mutex::new(None));
+        let (ended, result) = watch::channel(None);
         let plan: bootstrap::Plan = plan.into();
         let total = plan.total();
-        let (p, r, slots) = (progress.clone(), result.clone(), self.slots.clone());
+        let (p, slots) = (progress.clone(), self.slots.clone());
         let handle = tokio::spawn(
             async move {
             // Closed only if dropped, which never happens while tasks exist.
@@ -174,7 +193,7 @@ impl BootstrapTasks {
                 }
             };
             info!(%container, result = ?finished_label(&finished), "bootstrap finished");
-            *lock(&r) = Some(finished);
+            ended.send_replace(Some(finished));
             on_finish();
         }
         // The reconcile's span (kind, namespace, name, owner) follows the work it started.
@@ -194,7 +213,7 @@ impl BootstrapTasks {
     /// Drop a finished result once it has been persisted in the object's status.
     pub fn forget(&self, uid: &str) {
         let mut tasks = lock(&self.tasks);
-        let finished = tasks.get(uid).is_some_and(|t| lock(&t.result).is_some());
+        let finished = tasks.get(uid).is_some_and(|t| t.result.borrow().is_some());
         if finished {
             tasks.remove(uid);
         }
@@ -295,6 +314,58 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_waits_for_a_bootstraps_end_no_longer_than_it_says() {
+        let tasks = BootstrapTasks::new(2);
+        let at_most = Duration::from_secs(3);
+        assert_eq!(
+            tasks.ended_within("none", at_most).await,
+            TaskState::NotStarted
+        );
+        // A one-second run and a one-minute run (every exec takes that long).
+        for (uid, exec) in [("short", 1), ("long", 60)] {
+            tasks.start(
+                uid,
+                Arc::new(FakeRuntime::slow(Duration::from_secs(exec))),
+                format!("node-{uid}"),
+                vec![step(1)],
+                Duration::from_secs(300),
+                || {},
+            );
+        }
+        let t0 = tokio::time::Instant::now();
+        assert_eq!(
+            tasks.ended_within("short", at_most).await,
+            TaskState::Finished(Finished::Succeeded)
+        );
+        assert!(
+            t0.elapsed() < at_most,
+            "back at its end: {:?}",
+            t0.elapsed()
+        );
+        let t0 = tokio::time::Instant::now();
+        assert!(matches!(
+            tasks.ended_within("long", at_most).await,
+            TaskState::Running { .. }
+        ));
+        assert!(
+            t0.elapsed() >= at_most && t0.elapsed() < Duration::from_secs(4),
+            "back when the wait is over: {:?}",
+            t0.elapsed()
+        );
+        // A run cancelled meanwhile is waited for no longer.
+        let t0 = tokio::time::Instant::now();
+        let (state, ()) = tokio::join!(
+            tasks.ended_within("long", Duration::from_secs(600)),
+            async {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                tasks.cancel("long");
+            }
+        );
+        assert_eq!(state, TaskState::NotStarted);
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     }
 
     #[tokio::test]

@@ -352,16 +352,8 @@ impl<'a, R: Reconciler> Step<'a, R> {
     }
 
     /// Status once, whatever happened: an error is reported in the condition it concerns, Ready
-    /// summarises the kind's conditions, then Events for what turned bad. A held report (see
-    /// [`Report::hold`]) leaves both to the next pass.
+    /// summarises the kind's conditions, then Events for what turned bad.
     async fn finish(mut self, outcome: Result<Action>) -> Result<Action> {
-        if outcome.is_ok()
-            && let Some(hold) = self.report.held()
-        {
-            // The pass this one's work wakes (or the requeue, at the latest) writes status and
-            // publishes Events from the object as it is now: nothing is lost by waiting.
-            return Ok(Action::requeue(hold));
-        }
         if let Err(e) = &outcome
             && let Some(reason) = e.reason()
         {

@@ -1,10 +1,7 @@
 //! The status one reconcile builds, and the one place conditions are written: each carries the
 //! object's generation and the time it was set, Ready summarises the kind's conditions, and
 //! conditions computed from the generation read follow a spec write of the reconcile's own.
-use std::{
-    ops::{Deref, DerefMut},
-    time::Duration,
-};
+use std::ops::{Deref, DerefMut};
 
 use chrono::{DateTime, SubsecRound, Utc};
 
@@ -17,8 +14,6 @@ use crate::api::conditions::{
 pub struct Report<S> {
     status: S,
     generation: Option<i64>,
-    /// Set by [`Report::hold`]: leave this pass's status to a pass that comes within it.
-    hold: Option<Duration>,
 }
 
 impl<S: WithConditions + Clone + Default> Report<S> {
@@ -26,21 +21,7 @@ impl<S: WithConditions + Clone + Default> Report<S> {
         Self {
             status: current.cloned().unwrap_or_default(),
             generation,
-            hold: None,
         }
-    }
-
-    /// This pass's status is about to be overtaken: it started work (a bootstrap) that wakes
-    /// the object when it ends, and the pass it wakes reports that end. When it ends within
-    /// `at_most`, one status write says both, not two within a second; otherwise the pass at
-    /// `at_most` writes what this one would have. Honoured only by a pass that ends without an
-    /// error (an error is always reported at once).
-    pub fn hold(&mut self, at_most: Duration) {
-        self.hold = Some(at_most);
-    }
-
-    pub(super) fn held(&self) -> Option<Duration> {
-        self.hold
     }
 
     /// Set one condition; true if anything changed.
