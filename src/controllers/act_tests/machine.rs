@@ -182,7 +182,7 @@ async fn the_pass_that_starts_a_bootstrap_waits_for_it_then_says_bootstrapping()
 #[tokio::test]
 async fn a_container_made_again_is_not_reported_bootstrapped_by_the_run_of_the_one_before() {
     use crate::docker::ContainerRuntime;
-    let engine = Engine::with_exec_delay(std::time::Duration::from_secs(5));
+    let engine = Engine::with_exec_delay(std::time::Duration::from_secs(8));
     let (s, dm) = machine_scenario_in(Scenario::docker_on(engine), false, true).await;
     let uid = dm.metadata.uid.clone().unwrap();
     let bootstraps = || {
@@ -193,7 +193,7 @@ async fn a_container_made_again_is_not_reported_bootstrapped_by_the_run_of_the_o
     s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
     let ended = || matches!(s.ctx.bootstraps.poll(&uid), TaskState::Finished(_));
     assert!(!ended(), "the pass stopped waiting before the run ended");
-    settle_for(std::time::Duration::from_secs(5), ended).await;
+    settle_for(std::time::Duration::from_secs(8), ended).await;
     assert!(ended(), "the fake node's bootstrap ended");
     assert_eq!(bootstraps(), 1);
     let first = start_label(&s);

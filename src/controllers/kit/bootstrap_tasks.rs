@@ -105,6 +105,8 @@ impl BootstrapTasks {
     /// same pass: the pass its end wakes would first wait for a worker, behind every machine
     /// queued for one (at a burst of 500 new machines, up to minutes).
     pub async fn ended_within(&self, uid: &str, at_most: Duration) -> TaskState {
+        // While this clone lives, the run's end wakes nobody (see `start`): this pass reports it.
+        // It is dropped before the poll, so an end that the poll misses does wake the machine.
         let result = lock(&self.tasks).get(uid).map(|t| t.result.clone());
         if let Some(mut result) = result {
             // Ended, cancelled (its sender dropped) or still running: the poll says which.
@@ -122,7 +124,8 @@ impl BootstrapTasks {
     /// `container` with a deadline. No-op if one is already running. Nothing of the plan runs,
     /// and no image is read, before the task holds a slot.
     /// `on_finish` runs once the result is recorded (it wakes the machine's reconcile, so the
-    /// result is picked up at once rather than at the next poll).
+    /// result is picked up at once rather than at the next poll), unless a pass is waiting for
+    /// that result ([`Self::ended_within`]) and so reports it itself.
     pub fn start(
         &self,
         uid: &str,
@@ -194,7 +197,11 @@ impl BootstrapTasks {
             };
             info!(%container, result = ?finished_label(&finished), "bootstrap finished");
             ended.send_replace(Some(finished));
-            on_finish();
+            // The task's own receiver, and one per pass in `ended_within`: a pass that waits
+            // polls after it lets go of its receiver, so it sees this result.
+            if ended.receiver_count() <= 1 {
+                on_finish();
+            }
         }
         // The reconcile's span (kind, namespace, name, owner) follows the work it started.
         .in_current_span());
@@ -318,23 +325,31 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_pass_waits_for_a_bootstraps_end_no_longer_than_it_says() {
-        let tasks = BootstrapTasks::new(2);
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let tasks = BootstrapTasks::new(3);
         let at_most = Duration::from_secs(3);
         assert_eq!(
             tasks.ended_within("none", at_most).await,
             TaskState::NotStarted
         );
-        // A one-second run and a one-minute run (every exec takes that long).
-        for (uid, exec) in [("short", 1), ("long", 60)] {
+        // A one-second run, a five-second one and a one-minute one (every exec takes that
+        // long); each counts the wakes of its machine.
+        let wakes: HashMap<&str, Arc<AtomicUsize>> =
+            HashMap::from(["short", "late", "long"].map(|uid| (uid, Arc::default())));
+        for (uid, exec) in [("short", 1), ("late", 5), ("long", 60)] {
+            let woken = wakes[uid].clone();
             tasks.start(
                 uid,
                 Arc::new(FakeRuntime::slow(Duration::from_secs(exec))),
                 format!("node-{uid}"),
                 vec![step(1)],
                 Duration::from_secs(300),
-                || {},
+                move || {
+                    woken.fetch_add(1, Ordering::SeqCst);
+                },
             );
         }
+        let woken = |uid: &str| wakes[uid].load(Ordering::SeqCst);
         let t0 = tokio::time::Instant::now();
         assert_eq!(
             tasks.ended_within("short", at_most).await,
@@ -345,9 +360,11 @@ mod tests {
             "back at its end: {:?}",
             t0.elapsed()
         );
+        assert_eq!(woken("short"), 0, "the waiting pass reports it: no wake");
+        // A run that outlasts the wait wakes its machine when it ends.
         let t0 = tokio::time::Instant::now();
         assert!(matches!(
-            tasks.ended_within("long", at_most).await,
+            tasks.ended_within("late", at_most).await,
             TaskState::Running { .. }
         ));
         assert!(
@@ -355,6 +372,9 @@ mod tests {
             "back when the wait is over: {:?}",
             t0.elapsed()
         );
+        tokio::time::sleep(at_most).await;
+        assert_eq!(tasks.poll("late"), TaskState::Finished(Finished::Succeeded));
+        assert_eq!(woken("late"), 1);
         // A run cancelled meanwhile is waited for no longer.
         let t0 = tokio::time::Instant::now();
         let (state, ()) = tokio::join!(
