@@ -1,10 +1,9 @@
 //! Bootstrap runs as a background task per DockerMachine so that a reconcile never blocks a
 //! worker for minutes (the pass that starts one waits a few seconds at most, for a short one's
 //! end: [`BootstrapTasks::ended_within`]). Reconciles poll the task's progress and collect its
-//! result. At most
-//! `limit` tasks run their steps at once (the controller's concurrency no longer bounds them once
-//! the reconcile that started them has returned); the others wait for a slot, and their timeout
-//! starts when they get one.
+//! result. At most `limit` tasks run their steps at once (the controller's concurrency no longer
+//! bounds them once the reconcile that started them has returned); the others wait for a slot,
+//! and their timeout starts when they get one.
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
