@@ -97,26 +97,22 @@ async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_sec
         stored["metadata"]["annotations"][crate::api::STARTED_AT].is_null(),
         "and not on the object: {stored}"
     );
-    let object_writes = s
-        .api
-        .requests()
-        .into_iter()
-        .filter(|r| r.is(&Method::PATCH, "/dockermachines/m"))
-        .count();
+    let patches = |path: &str| {
+        let requests = s.api.requests();
+        requests
+            .iter()
+            .filter(|r| r.is(&Method::PATCH, path))
+            .count()
+    };
     // The fake node's bootstrap (its one exec) ends at once, and the pass that started it
     // waited for that end: it provisioned the machine, with one status write.
     assert_eq!(
-        object_writes, 2,
+        patches("/dockermachines/m"),
+        2,
         "two writes to the object: its finalizer, then providerID"
     );
     assert_eq!(stored["spec"]["providerID"], "docker:////c-m", "{stored}");
-    let status_writes = s
-        .api
-        .requests()
-        .into_iter()
-        .filter(|r| r.is(&Method::PATCH, "/dockermachines/m/status"))
-        .count();
-    assert_eq!(status_writes, 1, "{stored}");
+    assert_eq!(patches("/dockermachines/m/status"), 1, "{stored}");
     let provisioned = Some(("True".to_string(), "Provisioned".to_string()));
     assert_eq!(condition(&stored, "ContainerProvisioned"), provisioned);
     assert_eq!(
