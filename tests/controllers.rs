@@ -318,6 +318,17 @@ async fn paused_objects_are_left_alone_until_resumed() {
 
         // Paused through Cluster.spec.paused: the machine waits with a Paused condition.
         env.set_cluster_paused(&ns, &name, true).await;
+        // The Cluster and the DockerMachine arrive by different watches, in no set order: a
+        // machine created right after the patch can be reconciled against the cached Cluster
+        // from before it (seen in CI: a node container while "paused"). The DockerCluster's
+        // Paused condition is written from the same shared Cluster cache, so once it names
+        // spec.paused, every reconcile after it sees the pause.
+        eventually(LONG, "the manager sees the Cluster paused", || async {
+            env.docker_cluster(&ns, &name).await.filter(|dc| {
+                dc.cond_true("Paused") && dc.cond("Paused").unwrap().message.contains("spec.paused")
+            })
+        })
+        .await;
         env.create_secret(&ns, "boot", Some(BOOTSTRAP_OK), None)
             .await;
         env.create_machine(
