@@ -46,12 +46,14 @@ fn kubelet_args(options: &NodeOptions) -> Vec<(&'static str, &'static str)> {
         ),
         // The host may have swap on; the node cannot turn it off.
         ("fail-swap-on", "false"),
-        // Pods go under /kubelet, apart from the node's own services: the node image's
-        // entrypoint creates that cgroup, as kind's does.
-        ("cgroup-root", "/kubelet"),
-        // Where containerd runs in the node's systemd, for the kubelet's runtime stats.
-        ("runtime-cgroups", "/system.slice/containerd.service"),
     ];
+    if !options.old_kind_image {
+        // Pods go under /kubelet, apart from the node's own services: the node image's
+        // entrypoint creates that cgroup, as kind's does since v0.20.
+        args.push(("cgroup-root", "/kubelet"));
+        // Where containerd runs in the node's systemd, for the kubelet's runtime stats.
+        args.push(("runtime-cgroups", "/system.slice/containerd.service"));
+    }
     if options.cgroup_v1 {
         // kubelet 1.35 refuses to start on a cgroup v1 host unless told otherwise; the node
         // shares the host's cgroup version.
@@ -382,7 +384,15 @@ nodeRegistration:
 ";
 
     fn run(text: &str, cgroup_v1: bool) -> Vec<Value> {
-        let out = rewrite("f", text.as_bytes(), &NodeOptions { cgroup_v1 }).unwrap();
+        let options = NodeOptions {
+            cgroup_v1,
+            ..NodeOptions::default()
+        };
+        run_with(text, &options)
+    }
+
+    fn run_with(text: &str, options: &NodeOptions) -> Vec<Value> {
+        let out = rewrite("f", text.as_bytes(), options).unwrap();
         let out = String::from_utf8(out).unwrap();
         assert!(out.starts_with("---\n"), "{out}");
         serde_yaml_ng::Deserializer::from_str(&out)
@@ -481,6 +491,27 @@ nodeRegistration:
             v3[0]["nodeRegistration"]["kubeletExtraArgs"]["fail-cgroupv1"],
             "false"
         );
+    }
+
+    #[test]
+    fn an_old_kind_image_keeps_the_kubelets_own_cgroups() {
+        let old = NodeOptions {
+            old_kind_image: true,
+            ..NodeOptions::default()
+        };
+        let join = &run_with(JOIN, &old)[0];
+        assert_eq!(
+            list_args(join),
+            pairs(&[
+                ("fail-swap-on", "false"),
+                ("image-gc-high-threshold", "100"),
+                ("eviction-hard", EVICTION),
+            ])
+        );
+        // A value the data sets is not overridden either.
+        let v3 = &run_with(V1BETA3_JOIN, &old)[0]["nodeRegistration"]["kubeletExtraArgs"];
+        assert_eq!(v3["cgroup-root"], "/elsewhere");
+        assert_eq!(v3["runtime-cgroups"], Value::Null);
     }
 
     #[test]

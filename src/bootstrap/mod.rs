@@ -179,6 +179,11 @@ pub struct NodeOptions {
     /// The host (and so the node container) uses cgroup v1: the kubelet is told to accept it
     /// (`--fail-cgroupv1=false`; kubelet 1.35 refuses cgroup v1 otherwise).
     pub cgroup_v1: bool,
+    /// The node image was built by kind v0.19 or older (upstream's kind mode 0.19, from the
+    /// same table that runs such a container in the host's cgroup namespace): the kubelet is
+    /// left its own `cgroup-root` and `runtime-cgroups`, as upstream leaves them; the `/kubelet`
+    /// layout came with kind v0.20's private cgroup namespace.
+    pub old_kind_image: bool,
 }
 
 /// What bootstrap data asks for: the commands, and the modules accepted but not honoured.
@@ -286,7 +291,10 @@ mod tests {
 
     #[test]
     fn kubeadm_config_is_rewritten_in_both_formats() {
-        let v1 = NodeOptions { cgroup_v1: true };
+        let v1 = NodeOptions {
+            cgroup_v1: true,
+            ..NodeOptions::default()
+        };
         let arg = |doc: &serde_yaml_ng::Value, name: &str| -> Option<String> {
             doc["nodeRegistration"]["kubeletExtraArgs"]
                 .as_sequence()

@@ -122,6 +122,69 @@ async fn a_machine_gets_its_node_container_and_starts_bootstrapping_from_its_sec
     );
 }
 
+/// One decision from the Machine's version, upstream's kind mode, reaches both the container
+/// and the bootstrap: an image built by kind v0.19 or older (the table's v1.27.1) runs in the
+/// host's cgroup namespace and its kubelet keeps its own cgroup args; a current one gets a
+/// private namespace and pods under `/kubelet`.
+#[tokio::test]
+async fn an_old_kind_image_runs_in_the_hosts_cgroup_namespace_with_the_kubelets_own_cgroups() {
+    use k8s_openapi::ByteString;
+    for (version, current) in [("v1.27.1", false), ("v1.35.0", true)] {
+        let s = Scenario::docker();
+        s.put(sc::cluster("c", "DockerCluster"));
+        let dc = s.put(sc::docker_cluster("c"));
+        s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+        s.sync_cache::<DockerCluster>("c");
+        let mut machine = sc::machine("c", "m", "DockerMachine", false);
+        machine.spec.version = Some(version.into());
+        s.put(machine);
+        let mut secret = sc::bootstrap_secret("m");
+        let join = include_bytes!("../../bootstrap/testdata/cabpk-join.yaml");
+        secret
+            .data
+            .get_or_insert_default()
+            .insert("value".into(), ByteString(join.to_vec()));
+        s.put(secret);
+        let dm = s.put(sc::docker_machine("c", "m"));
+        s.reconcile::<docker_machine::Machines>(dm).await.unwrap();
+
+        let created = s.engine.created();
+        let spec = created.iter().find(|c| c.name == "c-m").unwrap();
+        assert_eq!(spec.cgroupns_private, current, "{version}");
+        let calls = s.engine.execs.calls();
+        let fed: String = calls
+            .iter()
+            .filter(|c| c.0 == "c-m")
+            .filter_map(|c| c.2.as_deref())
+            .map(decoded_blocks)
+            .collect();
+        assert!(fed.contains("kind: JoinConfiguration"), "{version}: {fed}");
+        for arg in ["cgroup-root", "runtime-cgroups"] {
+            assert_eq!(fed.contains(arg), current, "{version}, {arg}: {fed}");
+        }
+    }
+}
+
+/// What a bootstrap exec fed the node on stdin: its base64 blocks (each ended by a `.` line),
+/// decoded.
+fn decoded_blocks(stdin: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut out = String::new();
+    let mut block = String::new();
+    for line in String::from_utf8_lossy(stdin).lines() {
+        if line != "." {
+            block.push_str(line);
+            continue;
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(&block)
+            .expect("a base64 block");
+        out.push_str(&String::from_utf8_lossy(&bytes));
+        block.clear();
+    }
+    out
+}
+
 /// The pass that starts a bootstrap waits for its end, FIRST_WORD at most, running nothing
 /// else in the node (at a burst of new machines each exec is a process started in a node), and
 /// then says it started; the pass after it reads the node's progress and says it.

@@ -44,6 +44,7 @@ use crate::{
         conditions::{self, Desired, reasons, types},
     },
     bootstrap::{self, Format, Step},
+    docker::kind_images::KindMode,
 };
 
 /// How often a reconcile looks at a running bootstrap: a finished one wakes it at once, and the
@@ -78,6 +79,10 @@ pub struct Target<'a> {
     /// [`BOOTSTRAP_START`](crate::docker::labels::BOOTSTRAP_START)), when this pass inspected or
     /// created it.
     pub created_for: Option<&'a str>,
+    /// The node image's kind mode (see
+    /// [`node_kind_mode`](crate::docker::specs::node_kind_mode)): it decides the kubelet's
+    /// cgroup args, as it decides the container's cgroup namespace.
+    pub kind_mode: KindMode,
 }
 
 /// Where in its bootstrap a node is, as upstream v1.14 reports it: step 1 waits for the init
@@ -256,7 +261,7 @@ pub async fn reconcile(
     }
 
     let pre_load = pre_load_images(t.dm);
-    let (mut plan, skipped) = match load_steps(ctx, &ns, t.secret_name, pre_load).await {
+    let (mut plan, skipped) = match load_steps(ctx, &ns, t, pre_load).await {
         Ok(loaded) => loaded,
         // Without usable data, a node that was bootstrapped all the same (a moved cluster
         // whose status did not come along) is still recognised by its sentinel.
@@ -526,9 +531,10 @@ async fn never_began(record: &Recorded, ctx: &Context, container: &str) -> Resul
 async fn load_steps(
     ctx: &Context,
     ns: &str,
-    secret_name: &str,
+    t: &Target<'_>,
     pre_load: Vec<String>,
 ) -> Result<(bootstrap::Plan, Vec<String>)> {
+    let secret_name = t.secret_name;
     let blocked = |reason, message: String, retry| {
         Err(Error::blocked(
             types::BOOTSTRAP_COMPLETED,
@@ -568,6 +574,7 @@ async fn load_steps(
     };
     let options = bootstrap::NodeOptions {
         cgroup_v1: ctx.settings.cgroup_v1,
+        old_kind_image: t.kind_mode == KindMode::Mode0_19,
     };
     // Parsing is CPU work over up to 1 MiB (YAML, base64, gzip): off the async workers, so a
     // large or hostile Secret cannot stall every other reconcile.

@@ -266,6 +266,10 @@ impl Provisioning<'_, '_> {
                 .as_ref()
                 .and_then(|c| c.labels.get(labels::BOOTSTRAP_START))
                 .map(String::as_str),
+            kind_mode: specs::node_kind_mode(
+                b.machine.spec.version.as_deref().unwrap_or_default(),
+                dm.spec.custom_image.as_deref(),
+            ),
         };
         match machine_bootstrap::reconcile(&target, self.patcher, ctx, status).await? {
             machine_bootstrap::Outcome::Done => {}
