@@ -508,7 +508,7 @@ async fn load_balancer_container_removed() {
     let fault = Fault {
         name: "LB container removed by hand",
         measured_from: "`docker rm -f <cluster>-lb` returned",
-        user_sees: "LoadBalancerAvailable False until a new LB (same name, backends rewritten) runs",
+        user_sees: "LoadBalancerAvailable False until a new LB (same name and address, backends rewritten) runs",
     };
     let mut env = TestEnv::new("lbgone").await;
     env.start_manager(&[], None);

@@ -1,7 +1,10 @@
 //! The cluster's HAProxy load balancer, shared by both controllers: its backends are always
 //! recomputed from the running control-plane containers, and haproxy.cfg is rewritten and
 //! reloaded only when the rendered text differs from what is in the container.
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
@@ -191,8 +194,15 @@ pub async fn ensure(
 
     let rt = &ctx.runtime;
     let name = naming::load_balancer_name(cluster_name);
+    let key = crate::controllers::key(ctx.kinds.cluster, dc);
 
     let container: ContainerInfo = match rt.inspect(&name).await? {
+        // Its `destroy` event wakes this controller again.
+        Some(existing) if existing.is_being_removed() => {
+            return Ok(Ensured::waiting(format!(
+                "container {name} is being removed"
+            )));
+        }
         Some(existing) => match labels::ownership(&existing.labels, owner) {
             // The LB of the cluster's previous infrastructure object: the Cluster names this one.
             labels::Ownership::Foreign(_)
@@ -250,6 +260,37 @@ pub async fn ensure(
             _ => existing,
         },
         None => {
+            // A cluster whose endpoint is the LB's address needs its new LB there: every
+            // kubeconfig, kubelet and certificate names it, and CAPI never lets it change. Docker
+            // cannot be asked for an address on a network without a configured subnet (kind's
+            // is one), but it gives the lowest free one, which is the old LB's once the engine
+            // has released it, which can be after `docker rm` returned: so wait while the network
+            // shows it held (Engine 20.10, given a new endpoint of the same name meanwhile, never
+            // released the old address). Each attempt is one start of a restart streak, whatever
+            // wakes the pass, and a container at another address is removed again.
+            let pinned = endpoint_address(dc, ip_family);
+            if let Some(want) = pinned
+                && let Some(holder) = rt.address_holder(&ctx.settings.network, want).await?
+            {
+                return Ok(Ensured::waiting(format!(
+                    "the control-plane endpoint's address {want} is still held on network {} \
+                     by {holder}; container {name} is created there once the engine releases it",
+                    ctx.settings.network
+                )));
+            }
+            if pinned.is_some()
+                && let RestartDecision::Wait { wait, starts } = ctx.restarts.decide(&key, None)
+            {
+                return Ok(Ensured::Waiting {
+                    reason: reasons::NOT_AVAILABLE,
+                    message: format!(
+                        "container {name} is created again at the control-plane endpoint's \
+                         address; {starts} attempt(s) so far, the next in {}s",
+                        wait.as_secs().max(1)
+                    ),
+                    retry: Some(wait),
+                });
+            }
             let lb = dc.spec.load_balancer.as_ref();
             let image = specs::lb_image(
                 lb.and_then(|l| l.image_repository.as_deref()),
@@ -276,7 +317,21 @@ pub async fn ensure(
             });
             info!(container = %name, "creating load balancer container");
             match rt.create_and_start(&spec).await {
-                Ok(c) => c,
+                Ok(c) => match pinned {
+                    Some(want) if address(&c, ip_family) != Some(want) => {
+                        let got = address(&c, ip_family);
+                        warn!(container = %name, endpoint = %want, address = ?got,
+                            "the new load balancer is not at the control-plane endpoint's address; removing it");
+                        rt.remove(&name).await?;
+                        let next = restart_delay(ctx.restarts.starts(&key) + 1);
+                        return Ok(Ensured::Waiting {
+                            reason: reasons::NOT_AVAILABLE,
+                            message: lost_address_message(&name, want, got, next),
+                            retry: Some(next),
+                        });
+                    }
+                    _ => c,
+                },
                 // Lost a race with ourselves (another worker or a restart): look again next pass.
                 Err(RuntimeError::Conflict(_)) => {
                     return Ok(Ensured::waiting(format!(
@@ -290,7 +345,6 @@ pub async fn ensure(
 
     // A stopped LB is started again, on the restart backoff's schedule whatever woke this pass
     // (an LB whose haproxy cannot start would otherwise be started at engine speed).
-    let key = crate::controllers::key(ctx.kinds.cluster, dc);
     let container = if container.is_running() {
         container
     } else {
@@ -319,12 +373,7 @@ pub async fn ensure(
         .started_at
         .and_then(|t| (chrono::Utc::now() - t).to_std().ok());
     ctx.restarts.running_for(&key, up);
-    let ip = if ip_family == IpFamily::V6 {
-        container.ipv6.clone()
-    } else {
-        container.ipv4.clone()
-    };
-    let Some(ip) = ip.filter(|i| !i.is_empty()) else {
+    let Some(ip) = address(&container, ip_family) else {
         return Ok(Ensured::waiting(format!(
             "container {name} has no IP address yet"
         )));
@@ -332,9 +381,50 @@ pub async fn ensure(
 
     sync_backends(ctx, &target, None).await?;
     Ok(Ensured::Ready {
-        ip,
+        ip: ip.to_string(),
         frontend_port: target.frontend_port,
     })
+}
+
+/// The LB container's address in the cluster's family (IPv4 unless the cluster is IPv6-only).
+fn address(c: &ContainerInfo, family: IpFamily) -> Option<IpAddr> {
+    let ip = if family == IpFamily::V6 {
+        &c.ipv6
+    } else {
+        &c.ipv4
+    };
+    ip.as_deref()?.parse().ok()
+}
+
+/// The address a re-created LB must have: the endpoint's host, once the DockerCluster was
+/// provisioned with it, when it is an address of the cluster's family. A host name, or an
+/// endpoint not yet provisioned, names no address (the first LB sets the endpoint).
+fn endpoint_address(dc: &DockerCluster, family: IpFamily) -> Option<IpAddr> {
+    let provisioned = dc
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned)
+        == Some(true);
+    let host = dc.spec.control_plane_endpoint.as_ref()?.host.as_deref()?;
+    let ip: IpAddr = host.parse().ok()?;
+    (provisioned && ip.is_ipv6() == (family == IpFamily::V6)).then_some(ip)
+}
+
+/// The condition message of a re-created LB the engine put at another address.
+fn lost_address_message(
+    name: &str,
+    want: IpAddr,
+    got: Option<IpAddr>,
+    next: std::time::Duration,
+) -> String {
+    let got = got.map_or_else(|| "no address".to_string(), |ip| ip.to_string());
+    format!(
+        "the engine gave the new container {name} {got}, not the control-plane endpoint's \
+         {want} (still being released, or taken by another container); removed it, next \
+         attempt in {}s",
+        next.as_secs().max(1)
+    )
 }
 
 /// What a DockerCluster says about the upstream CAPD load balancer `c` (see

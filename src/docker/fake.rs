@@ -104,6 +104,9 @@ impl ContainerRuntime for FakeRuntime {
     async fn ensure_network(&self, _: &NetworkSpec) -> RuntimeResult<()> {
         Ok(())
     }
+    async fn address_holder(&self, _: &str, _: std::net::IpAddr) -> RuntimeResult<Option<String>> {
+        Ok(None)
+    }
     async fn inspect(&self, _: &str) -> RuntimeResult<Option<ContainerInfo>> {
         Ok(None)
     }

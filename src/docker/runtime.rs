@@ -1,5 +1,5 @@
 //! The container-runtime port: what the controllers need from a Docker Engine, in our own types.
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, net::IpAddr};
 
 use async_trait::async_trait;
 
@@ -74,6 +74,13 @@ impl ContainerInfo {
             self.state,
             Some(ContainerState::Running | ContainerState::Paused | ContainerState::Restarting)
         )
+    }
+
+    /// Being removed (`docker rm` is under way): as good as gone. Never start it: Engine 20.10
+    /// then refuses ("marked for removal") and keeps the container's address allocated, so a
+    /// load balancer created in its place got another one (a CI run of the fault matrix).
+    pub fn is_being_removed(&self) -> bool {
+        self.state == Some(ContainerState::Removing)
     }
 
     /// How long the container ran before it last stopped, when the engine says both times (a
@@ -209,6 +216,11 @@ pub trait ContainerRuntime: Send + Sync {
     async fn host_capacity(&self) -> RuntimeResult<HostCapacity>;
     /// Create the network if no network with exactly this name exists. Serialized internally.
     async fn ensure_network(&self, spec: &NetworkSpec) -> RuntimeResult<()>;
+    /// The name of the endpoint (its container's name) that holds `address` on `network`, if
+    /// any; `Ok(None)` too when the network does not exist. An address stays held until the
+    /// engine has released it, which can be after the `docker rm` of its container returned.
+    async fn address_holder(&self, network: &str, address: IpAddr)
+    -> RuntimeResult<Option<String>>;
     /// Inspect a container by exact name; `Ok(None)` if it does not exist.
     async fn inspect(&self, name: &str) -> RuntimeResult<Option<ContainerInfo>>;
     /// All containers (any state) carrying every one of these labels.

@@ -149,6 +149,126 @@ async fn a_stopped_load_balancer_is_started_again() {
     assert_eq!(s.engine.created().len(), 1, "started, not recreated");
 }
 
+/// Seen between its `die` and its `destroy` (`docker rm -f` under way): not started, not
+/// replaced yet.
+#[tokio::test]
+async fn a_load_balancer_being_removed_is_left_to_go() {
+    let s = Scenario::docker();
+    cluster_with_lb(&s).await;
+    s.engine.set_state("c-lb", ContainerState::Removing);
+    let dc = s.get::<DockerCluster>("c").unwrap();
+
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+
+    let lb = s.engine.container("c-lb").unwrap();
+    assert_eq!(lb.state, Some(ContainerState::Removing), "not started");
+    assert_eq!(s.engine.created().len(), 1, "not replaced yet");
+    let stored = s.json::<DockerCluster>("c");
+    assert_eq!(
+        condition_message(&stored, "LoadBalancerAvailable").as_deref(),
+        Some("container c-lb is being removed")
+    );
+}
+
+#[tokio::test]
+async fn a_load_balancer_removed_by_hand_comes_back_at_the_endpoints_address() {
+    let s = Scenario::docker();
+    let ip = cluster_with_lb(&s).await;
+    s.engine.remove_by_hand("c-lb");
+    s.engine.give_next_address(&ip);
+    let dc = s.get::<DockerCluster>("c").unwrap();
+
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+
+    let lb = s.engine.container("c-lb").expect("created again");
+    assert_eq!(lb.ipv4.as_deref(), Some(ip.as_str()));
+    let stored = s.json::<DockerCluster>("c");
+    assert_eq!(stored["spec"]["controlPlaneEndpoint"]["host"], ip.as_str());
+    assert_eq!(
+        condition(&stored, "LoadBalancerAvailable").map(|c| c.0),
+        Some("True".into())
+    );
+    assert!(s.engine.removed().is_empty(), "{:?}", s.engine.removed());
+}
+
+/// The old LB's address can stay allocated after `docker rm` returned: nothing is created while
+/// the network shows it held (a create then got the next address, and Engine 20.10 never
+/// released the old one).
+#[tokio::test]
+async fn a_load_balancer_waits_for_the_endpoints_address_to_be_released() {
+    let s = Scenario::docker();
+    let ip = cluster_with_lb(&s).await;
+    s.engine.remove_by_hand("c-lb");
+    s.engine.give_next_address(&ip);
+    s.engine.add("c-lb-leaving", BTreeMap::new());
+    let dc = s.get::<DockerCluster>("c").unwrap();
+
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+
+    assert_eq!(
+        s.engine.created().len(),
+        1,
+        "no create while the address is held"
+    );
+    let stored = s.json::<DockerCluster>("c");
+    assert_eq!(
+        condition_message(&stored, "LoadBalancerAvailable"),
+        Some(format!(
+            "the control-plane endpoint's address {ip} is still held on network kind by \
+             c-lb-leaving; container c-lb is created there once the engine releases it"
+        ))
+    );
+
+    // Released: the next pass creates it there.
+    s.engine.remove_by_hand("c-lb-leaving");
+    s.engine.give_next_address(&ip);
+    let dc = s.get::<DockerCluster>("c").unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+    let lb = s.engine.container("c-lb").expect("created");
+    assert_eq!(lb.ipv4.as_deref(), Some(ip.as_str()));
+}
+
+/// The engine may hand the new LB another address (20.10 releases the old one after `docker rm`
+/// returns): an LB there serves no one, so it goes again and the next try waits its turn, whatever
+/// wakes the pass.
+#[tokio::test]
+async fn a_load_balancer_recreated_at_another_address_is_removed_and_tried_again_later() {
+    let s = Scenario::docker();
+    let ip = cluster_with_lb(&s).await;
+    s.engine.remove_by_hand("c-lb");
+    let dc = s.get::<DockerCluster>("c").unwrap();
+
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+
+    assert_eq!(s.engine.created().len(), 2);
+    assert_eq!(
+        s.engine.removed(),
+        ["c-lb"],
+        "the new LB, at another address"
+    );
+    assert!(s.engine.container("c-lb").is_none());
+    let stored = s.json::<DockerCluster>("c");
+    assert_eq!(stored["spec"]["controlPlaneEndpoint"]["host"], ip.as_str());
+    assert_eq!(
+        condition(&stored, "LoadBalancerAvailable"),
+        Some(("False".into(), "NotAvailable".into()))
+    );
+    let message = condition_message(&stored, "LoadBalancerAvailable").unwrap();
+    assert!(
+        message.contains(&format!("not the control-plane endpoint's {ip}"))
+            && message.contains("next attempt in 10s"),
+        "{message}"
+    );
+
+    // Woken again at once (the removal's event, say): no create before the streak's delay.
+    let dc = s.get::<DockerCluster>("c").unwrap();
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+    assert_eq!(s.engine.created().len(), 2, "no third create");
+    let stored = s.json::<DockerCluster>("c");
+    let message = condition_message(&stored, "LoadBalancerAvailable").unwrap();
+    assert!(message.contains("1 attempt(s) so far"), "{message}");
+}
+
 #[tokio::test]
 async fn haproxy_backends_follow_the_running_control_plane_containers() {
     let s = Scenario::docker();

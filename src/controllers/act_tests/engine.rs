@@ -34,6 +34,8 @@ struct Containers {
     kills: Vec<(String, String)>,
     networks: Vec<NetworkSpec>,
     serial: u32,
+    /// The IPv4 address the next created container gets (else a new one).
+    next_ipv4: Option<String>,
 }
 
 #[derive(Default)]
@@ -71,6 +73,16 @@ impl Engine {
         let info = s.new_container(name, "test/image:1", &labels, "kind");
         s.by_name.insert(name.to_string(), info.clone());
         info
+    }
+
+    /// A container removed behind the reconcile's back (`docker rm -f` by hand).
+    pub fn remove_by_hand(&self, name: &str) {
+        self.state().by_name.remove(name);
+    }
+
+    /// The next container created or added gets `ipv4` (the engine handing a released address out again).
+    pub fn give_next_address(&self, ipv4: &str) {
+        self.state().next_ipv4 = Some(ipv4.to_string());
     }
 
     /// How often a container was inspected.
@@ -148,7 +160,11 @@ impl Containers {
             image: image.to_string(),
             state: Some(ContainerState::Running),
             labels: labels.clone(),
-            ipv4: Some(format!("172.18.0.{}", n + 1)),
+            ipv4: Some(
+                self.next_ipv4
+                    .take()
+                    .unwrap_or_else(|| format!("172.18.0.{}", n + 1)),
+            ),
             ipv6: Some(format!("fc00:f853:ccd:e793::{}", n + 1)),
             networks: vec![network.to_string()],
             host_ports: BTreeMap::new(),
@@ -181,6 +197,20 @@ impl ContainerRuntime for Engine {
             s.networks.push(spec.clone());
         }
         Ok(())
+    }
+    async fn address_holder(
+        &self,
+        network: &str,
+        address: std::net::IpAddr,
+    ) -> RuntimeResult<Option<String>> {
+        let s = self.state();
+        let address = Some(address.to_string());
+        Ok(s.by_name
+            .values()
+            .find(|c| {
+                c.networks.iter().any(|n| n == network) && (c.ipv4 == address || c.ipv6 == address)
+            })
+            .map(|c| c.name.clone()))
     }
     async fn inspect(&self, name: &str) -> RuntimeResult<Option<ContainerInfo>> {
         self.state().inspected.push(name.to_string());

@@ -18,8 +18,10 @@ pub enum Found {
     Ours(ContainerInfo),
 }
 
+/// A container being removed counts as missing: it is gone by the next pass, and a create before
+/// then waits on the name.
 pub fn found(existing: Option<ContainerInfo>, owner: &labels::Owner<'_>) -> Found {
-    match existing {
+    match existing.filter(|c| !c.is_being_removed()) {
         None => Found::Missing,
         Some(c) => match labels::ownership(&c.labels, owner) {
             labels::Ownership::Foreign(why) => Found::Foreign(why),
@@ -37,7 +39,7 @@ pub fn found_or_adopted(
     owner: &labels::Owner<'_>,
     claim: &adoption::Claim<'_>,
 ) -> Found {
-    let Some(c) = existing else {
+    let Some(c) = existing.filter(|c| !c.is_being_removed()) else {
         return Found::Missing;
     };
     match found(Some(c.clone()), owner) {
@@ -213,6 +215,33 @@ mod tests {
                 "{state:?} after provisioning"
             );
         }
+    }
+
+    #[test]
+    fn a_node_being_removed_is_never_started_but_counts_as_missing() {
+        let c = ours(ContainerState::Removing);
+        assert_eq!(found(Some(c.clone()), &OWNER), Found::Missing);
+        for began in [false, true] {
+            assert_eq!(
+                provisioning(found(Some(c.clone()), &OWNER), began),
+                Provisioning::Create
+            );
+        }
+        assert_eq!(
+            provisioned(found(Some(c.clone()), &OWNER)),
+            Provisioned::Gone
+        );
+        let claim = adoption::Claim {
+            cluster_name: "c",
+            role: labels::ROLE_WORKER,
+            network: "kind",
+            recorded: None,
+            provisioned_on: true,
+        };
+        assert_eq!(
+            provisioned(found_or_adopted(Some(c), &OWNER, &claim)),
+            Provisioned::Gone
+        );
     }
 
     #[test]

@@ -303,6 +303,23 @@ fn network_names(networks: Option<&HashMap<String, EndpointSettings>>) -> Vec<St
     names
 }
 
+/// The name of the network endpoint whose address (`172.18.0.2/16`, `fc00::2/64`) is `address`.
+pub(super) fn holder(
+    endpoints: impl IntoIterator<Item = EndpointResource>,
+    address: IpAddr,
+) -> Option<String> {
+    let holds = |cidr: &Option<String>| {
+        cidr.as_deref()
+            .and_then(|c| c.split('/').next())
+            .and_then(|ip| ip.parse::<IpAddr>().ok())
+            == Some(address)
+    };
+    endpoints
+        .into_iter()
+        .find(|e| holds(&e.ipv4_address) || holds(&e.ipv6_address))
+        .map(|e| e.name.unwrap_or_default())
+}
+
 /// The host's capacity from `docker info`'s `NCPU` and `MemTotal`. An engine that leaves either
 /// out (or reports no CPU or memory) has not told us the capacity: an error to retry, never a
 /// zero that would tell the autoscaler a machine fits nothing.
@@ -324,6 +341,37 @@ pub(super) fn host_capacity(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_holder_of_an_address_is_found_in_either_family() {
+        let endpoint = |name: &str, v4: &str, v6: &str| EndpointResource {
+            name: Some(name.into()),
+            ipv4_address: Some(v4.into()).filter(|s: &String| !s.is_empty()),
+            ipv6_address: Some(v6.into()).filter(|s: &String| !s.is_empty()),
+            ..Default::default()
+        };
+        let endpoints = || {
+            [
+                endpoint("c-lb", "172.18.0.2/16", ""),
+                endpoint("c-cp", "172.18.0.20/16", "fc00:f853:ccd:e793::3/64"),
+            ]
+        };
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            holder(endpoints(), ip("172.18.0.2")).as_deref(),
+            Some("c-lb")
+        );
+        // A prefix of another address is not that address.
+        assert_eq!(
+            holder(endpoints(), ip("172.18.0.20")).as_deref(),
+            Some("c-cp")
+        );
+        assert_eq!(
+            holder(endpoints(), ip("fc00:f853:ccd:e793::3")).as_deref(),
+            Some("c-cp")
+        );
+        assert_eq!(holder(endpoints(), ip("172.18.0.3")), None);
+    }
 
     #[test]
     fn host_capacity_needs_both_numbers() {

@@ -6,6 +6,7 @@
 //! [`RuntimeError::Rejected`]; pull failures are [`RuntimeError::Image`] with the engine's message
 //! verbatim. Every message keeps the engine's own text, prefixed with the operation.
 use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use bollard::errors::Error as BollardError;
 use bollard::exec::StartExecResults;
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, ContainerSummary,
-    ContainerSummaryStateEnum, EndpointSettings, ExecConfig, HostConfig,
+    ContainerSummaryStateEnum, EndpointResource, EndpointSettings, ExecConfig, HostConfig,
     HostConfigCgroupnsModeEnum, Mount, MountType, NetworkCreateRequest, PortBinding, PortMap,
     RestartPolicy, RestartPolicyNameEnum,
 };
@@ -47,7 +48,9 @@ mod own_removals;
 use address::Endpoint;
 pub use address::EngineOptions;
 
-use convert::{create_body, host_capacity, info_from_inspect, info_from_summary, unavailable_cap};
+use convert::{
+    create_body, holder, host_capacity, info_from_inspect, info_from_summary, unavailable_cap,
+};
 use errors::{chain, classify};
 pub(crate) use own_removals::OwnRemovals;
 
@@ -60,6 +63,7 @@ enum Op {
     Ping,
     NetworkList,
     NetworkCreate,
+    NetworkInspect,
     ContainerInspect,
     ContainerList,
     ImageInspect,
@@ -78,11 +82,12 @@ enum Op {
     ArchivePut,
 }
 
-const OP_NAMES: [&str; 20] = [
+const OP_NAMES: [&str; 21] = [
     "version",
     "ping",
     "network_list",
     "network_create",
+    "network_inspect",
     "container_inspect",
     "container_list",
     "image_inspect",
@@ -471,6 +476,25 @@ impl ContainerRuntime for BollardRuntime {
         }
         self.learn(|k| k.networks.insert(spec.name.clone()));
         Ok(())
+    }
+
+    async fn address_holder(
+        &self,
+        network: &str,
+        address: IpAddr,
+    ) -> RuntimeResult<Option<String>> {
+        self.count(Op::NetworkInspect);
+        let found = match self.docker.inspect_network(network, None).await {
+            Ok(n) => n,
+            Err(e) => match classify(&format!("inspect network {network}"), e) {
+                RuntimeError::NotFound(_) => return Ok(None),
+                other => return Err(other),
+            },
+        };
+        Ok(holder(
+            found.containers.into_iter().flatten().map(|(_, e)| e),
+            address,
+        ))
     }
 
     async fn inspect(&self, name: &str) -> RuntimeResult<Option<ContainerInfo>> {
