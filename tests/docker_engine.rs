@@ -20,8 +20,8 @@ use capd::docker::engine::BollardRuntime;
 use capd::docker::labels::{self, Owner};
 use capd::docker::specs::{NodeParams, node_container_spec};
 use capd::docker::{
-    BindMount, ContainerRuntime, ContainerSpec, ContainerState, NetworkSpec, NodePrivilege,
-    PortPublish, RuntimeError,
+    AddressUse, BindMount, ContainerRuntime, ContainerSpec, ContainerState, NetworkSpec,
+    NodePrivilege, PortPublish, RuntimeError,
 };
 use futures::StreamExt;
 
@@ -778,6 +778,54 @@ async fn start_failure_removes_the_container() {
             "the failed container was removed"
         );
         assert_eq!(rt.call_counts().get("container_remove"), Some(&1));
+    })
+    .await;
+}
+
+/// What the engine's network says of an address: held by a container's endpoint, free in the
+/// network's subnet, or off it; and held no more once the container is removed.
+#[tokio::test]
+async fn the_network_says_who_holds_an_address() {
+    ensure_test_image().await;
+    with_run("addr", |id| async move {
+        let rt = runtime().await;
+        let network = ensure_test_network(&rt, &id).await;
+        let spec = plain_spec(&id, "holder", &network, Some(argv(&["/bin/sleep", "600"])));
+        let c = rt.create_and_start(&spec).await.expect("create");
+        let ip: std::net::IpAddr = c.ipv4.as_deref().expect("an IPv4").parse().unwrap();
+        assert_eq!(
+            rt.address_use(&network, ip).await.expect("address_use"),
+            AddressUse::HeldBy(spec.name.clone())
+        );
+        let std::net::IpAddr::V4(v4) = ip else {
+            panic!("{ip}")
+        };
+        let next = std::net::IpAddr::from(std::net::Ipv4Addr::from(u32::from(v4) + 1));
+        assert_eq!(
+            rt.address_use(&network, next).await.unwrap(),
+            AddressUse::Free
+        );
+        let loopback = "127.0.0.1".parse().unwrap();
+        assert_eq!(
+            rt.address_use(&network, loopback).await.unwrap(),
+            AddressUse::OffNetwork
+        );
+        assert_eq!(
+            rt.address_use(&format!("{network}-none"), ip)
+                .await
+                .unwrap(),
+            AddressUse::OffNetwork
+        );
+
+        rt.remove(&spec.name).await.expect("remove");
+        // A second remove of a container that is gone (or going) is success too.
+        rt.remove(&spec.name).await.expect("remove again");
+        let released = within_5s(
+            || async { rt.address_use(&network, ip).await.unwrap() },
+            |u| *u == AddressUse::Free,
+        )
+        .await;
+        assert!(released, "{ip} still held after the removal");
     })
     .await;
 }

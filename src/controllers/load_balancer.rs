@@ -24,7 +24,7 @@ use crate::{
     },
     capi::{Cluster, IpFamily},
     docker::{
-        ContainerInfo, NetworkSpec, RuntimeError, adoption,
+        AddressUse, ContainerInfo, ContainerState, NetworkSpec, RuntimeError, adoption,
         haproxy::{self, Backend, HaproxyConfig},
         haproxy_template::{self, TemplateError},
         labels, naming, specs,
@@ -196,6 +196,8 @@ pub async fn ensure(
     let name = naming::load_balancer_name(cluster_name);
     let key = crate::controllers::key(ctx.kinds.cluster, dc);
 
+    // Ours by its labels (not adopted from upstream, nor passed on from an earlier object).
+    let mut ours = true;
     let container: ContainerInfo = match rt.inspect(&name).await? {
         // Its `destroy` event wakes this controller again.
         Some(existing) if existing.is_being_removed() => {
@@ -222,6 +224,7 @@ pub async fn ensure(
                         from = %labels::recorded_owner(&existing.labels),
                         "the load balancer passes to the infrastructure object the Cluster names");
                 }
+                ours = false;
                 existing
             }
             labels::Ownership::Foreign(why) => {
@@ -254,43 +257,13 @@ pub async fn ensure(
                     }
                 }
                 target.adopted_lb = Some(existing.id.clone());
+                ours = false;
                 existing
             }
             // Ours, or ours before a re-create/move of the DockerCluster: adopt it.
             _ => existing,
         },
         None => {
-            // A cluster whose endpoint is the LB's address needs its new LB there: every
-            // kubeconfig, kubelet and certificate names it, and CAPI never lets it change. Docker
-            // cannot be asked for an address on a network without a configured subnet (kind's
-            // is one), but it gives the lowest free one, which is the old LB's once the engine
-            // has released it, which can be after `docker rm` returned: so wait while the network
-            // shows it held (Engine 20.10, given a new endpoint of the same name meanwhile, never
-            // released the old address). Each attempt is one start of a restart streak, whatever
-            // wakes the pass, and a container at another address is removed again.
-            let pinned = endpoint_address(dc, ip_family);
-            if let Some(want) = pinned
-                && let Some(holder) = rt.address_holder(&ctx.settings.network, want).await?
-            {
-                return Ok(Ensured::waiting(format!(
-                    "the control-plane endpoint's address {want} is still held on network {} \
-                     by {holder}; container {name} is created there once the engine releases it",
-                    ctx.settings.network
-                )));
-            }
-            if pinned.is_some()
-                && let RestartDecision::Wait { wait, starts } = ctx.restarts.decide(&key, None)
-            {
-                return Ok(Ensured::Waiting {
-                    reason: reasons::NOT_AVAILABLE,
-                    message: format!(
-                        "container {name} is created again at the control-plane endpoint's \
-                         address; {starts} attempt(s) so far, the next in {}s",
-                        wait.as_secs().max(1)
-                    ),
-                    retry: Some(wait),
-                });
-            }
             let lb = dc.spec.load_balancer.as_ref();
             let image = specs::lb_image(
                 lb.and_then(|l| l.image_repository.as_deref()),
@@ -315,20 +288,39 @@ pub async fn ensure(
                 labels,
                 ipv6_only: ip_family == IpFamily::V6,
             });
+            // A cluster provisioned with the LB's address as its endpoint needs its new LB
+            // there: every kubeconfig, kubelet and certificate names it, and CAPI never lets it
+            // change. Docker cannot be asked for an address on a network without a configured
+            // subnet (kind's is one), but gives the lowest free one: the old LB's once the engine
+            // has released it, which can be after `docker rm` returned (Engine 20.10, given a
+            // new endpoint of the same name meanwhile, never released it). So: no create while
+            // it is held, each attempt one start of the restart streak whatever wakes the pass,
+            // and a container that got another address is removed again.
+            let pinned = match pinned_address(ctx, dc, ip_family).await? {
+                Some((want, AddressUse::HeldBy(holder))) => {
+                    return held_address(ctx, &name, want, &holder).await;
+                }
+                other => other.map(|(want, _)| want),
+            };
+            if pinned.is_some()
+                && let RestartDecision::Wait { wait, starts } = ctx.restarts.decide(&key, None)
+            {
+                return Ok(Ensured::Waiting {
+                    reason: reasons::NOT_AVAILABLE,
+                    message: format!(
+                        "container {name} is created again at the control-plane endpoint's \
+                         address; {starts} attempt(s) so far, the next in {}s",
+                        wait.as_secs().max(1)
+                    ),
+                    retry: Some(wait),
+                });
+            }
             info!(container = %name, "creating load balancer container");
             match rt.create_and_start(&spec).await {
                 Ok(c) => match pinned {
                     Some(want) if address(&c, ip_family) != Some(want) => {
                         let got = address(&c, ip_family);
-                        warn!(container = %name, endpoint = %want, address = ?got,
-                            "the new load balancer is not at the control-plane endpoint's address; removing it");
-                        rt.remove(&name).await?;
-                        let next = restart_delay(ctx.restarts.starts(&key) + 1);
-                        return Ok(Ensured::Waiting {
-                            reason: reasons::NOT_AVAILABLE,
-                            message: lost_address_message(&name, want, got, next),
-                            retry: Some(next),
-                        });
+                        return misplaced(ctx, &key, &name, want, got, false).await;
                     }
                     _ => c,
                 },
@@ -347,6 +339,14 @@ pub async fn ensure(
     // (an LB whose haproxy cannot start would otherwise be started at engine speed).
     let container = if container.is_running() {
         container
+    } else if container.state == Some(ContainerState::Dead) {
+        // The engine never starts a dead container again (a removal that failed half-way).
+        warn!(container = %name, "load balancer container is dead; removing it to create it again");
+        rt.remove(&name).await?;
+        return Ok(Ensured::waiting(format!(
+            "container {name} was dead (the engine cannot start it again); removed it, created \
+             again on the next pass"
+        )));
     } else {
         let restarting = |c: &ContainerInfo, starts, wait| Ensured::Waiting {
             reason: reasons::CONTAINER_RESTARTING,
@@ -378,6 +378,14 @@ pub async fn ensure(
             "container {name} has no IP address yet"
         )));
     };
+    // Ours at another address than the endpoint's (created by a manager that died before it
+    // could remove it, or given another address by an engine restart): it serves no one there.
+    if ours
+        && endpoint_address(dc, ip_family).is_some_and(|want| want != ip)
+        && let Some((want, _)) = pinned_address(ctx, dc, ip_family).await?
+    {
+        return misplaced(ctx, &key, &name, want, Some(ip), true).await;
+    }
 
     sync_backends(ctx, &target, None).await?;
     Ok(Ensured::Ready {
@@ -411,20 +419,83 @@ fn endpoint_address(dc: &DockerCluster, family: IpFamily) -> Option<IpAddr> {
     (provisioned && ip.is_ipv6() == (family == IpFamily::V6)).then_some(ip)
 }
 
-/// The condition message of a re-created LB the engine put at another address.
-fn lost_address_message(
+/// The endpoint's address when the LB must be there ([`endpoint_address`]) and it is on the LB's
+/// network (a host the user set elsewhere is left alone), with what the network says of it.
+async fn pinned_address(
+    ctx: &Context,
+    dc: &DockerCluster,
+    family: IpFamily,
+) -> Result<Option<(IpAddr, AddressUse)>> {
+    let Some(want) = endpoint_address(dc, family) else {
+        return Ok(None);
+    };
+    Ok(
+        match ctx.runtime.address_use(&ctx.settings.network, want).await? {
+            AddressUse::OffNetwork => None,
+            used => Some((want, used)),
+        },
+    )
+}
+
+/// No LB while the endpoint's address is held: by a container being removed (or gone: the
+/// engine has not released its address yet), wait; by any other, the cluster's endpoint is
+/// lost until someone acts, and the condition says so.
+async fn held_address(ctx: &Context, name: &str, want: IpAddr, holder: &str) -> Result<Ensured> {
+    let network = &ctx.settings.network;
+    match ctx.runtime.inspect(holder).await? {
+        Some(c) if !c.is_being_removed() => Err(Error::blocked(
+            types::LOAD_BALANCER_AVAILABLE,
+            reasons::NOT_AVAILABLE,
+            format!(
+                "the control-plane endpoint's address {want} is taken by container {holder} on \
+                 network {network}: container {name} cannot serve the endpoint until {holder} is \
+                 removed (or the cluster is replaced)"
+            ),
+            BLOCKED_RETRY,
+        )),
+        _ => Ok(Ensured::waiting(format!(
+            "the control-plane endpoint's address {want} is still held on network {network} by \
+             {holder}, which is going; container {name} is created there once the engine \
+             releases it"
+        ))),
+    }
+}
+
+/// Our LB at `got`, not at the endpoint's `want`: removed (at once if this pass created it, else
+/// when the restart streak allows), to be created again there.
+async fn misplaced(
+    ctx: &Context,
+    key: &str,
     name: &str,
     want: IpAddr,
     got: Option<IpAddr>,
-    next: std::time::Duration,
-) -> String {
+    running: bool,
+) -> Result<Ensured> {
     let got = got.map_or_else(|| "no address".to_string(), |ip| ip.to_string());
-    format!(
-        "the engine gave the new container {name} {got}, not the control-plane endpoint's \
-         {want} (still being released, or taken by another container); removed it, next \
-         attempt in {}s",
-        next.as_secs().max(1)
-    )
+    if running && let RestartDecision::Wait { wait, .. } = ctx.restarts.decide(key, None) {
+        return Ok(Ensured::Waiting {
+            reason: reasons::NOT_AVAILABLE,
+            message: format!(
+                "container {name} runs at {got}, not at the control-plane endpoint's {want}; it \
+                 is removed and created again in {}s",
+                wait.as_secs().max(1)
+            ),
+            retry: Some(wait),
+        });
+    }
+    warn!(container = %name, endpoint = %want, address = %got,
+        "the load balancer is not at the control-plane endpoint's address; removing it");
+    ctx.runtime.remove(name).await?;
+    let next = restart_delay(ctx.restarts.starts(key) + 1);
+    Ok(Ensured::Waiting {
+        reason: reasons::NOT_AVAILABLE,
+        message: format!(
+            "container {name} got {got}, not the control-plane endpoint's {want} (the address \
+             was still being released, or is taken); removed it, next attempt in {}s",
+            next.as_secs().max(1)
+        ),
+        retry: Some(next),
+    })
 }
 
 /// What a DockerCluster says about the upstream CAPD load balancer `c` (see

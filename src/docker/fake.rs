@@ -15,8 +15,8 @@ use async_trait::async_trait;
 
 use super::tail::{EXEC_OUTPUT_TAIL, TailBuffer};
 use super::{
-    ContainerInfo, ContainerRuntime, ContainerSpec, ExecOutput, HostCapacity, NetworkSpec,
-    RuntimeError, RuntimeResult,
+    AddressUse, ContainerInfo, ContainerRuntime, ContainerSpec, ExecOutput, HostCapacity,
+    NetworkSpec, RuntimeError, RuntimeResult,
 };
 
 /// One exec: container, argv, stdin.
@@ -104,8 +104,8 @@ impl ContainerRuntime for FakeRuntime {
     async fn ensure_network(&self, _: &NetworkSpec) -> RuntimeResult<()> {
         Ok(())
     }
-    async fn address_holder(&self, _: &str, _: std::net::IpAddr) -> RuntimeResult<Option<String>> {
-        Ok(None)
+    async fn address_use(&self, _: &str, _: std::net::IpAddr) -> RuntimeResult<AddressUse> {
+        Ok(AddressUse::OffNetwork)
     }
     async fn inspect(&self, _: &str) -> RuntimeResult<Option<ContainerInfo>> {
         Ok(None)

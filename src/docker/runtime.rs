@@ -12,9 +12,13 @@ pub enum RuntimeError {
     /// The object does not exist (404).
     #[error("not found: {0}")]
     NotFound(String),
-    /// A container with this name already exists (409 on create).
+    /// A container (or network) with this name already exists (409 on create).
     #[error("name already in use: {0}")]
     Conflict(String),
+    /// The object's state does not allow the request (409 on anything but a create): a
+    /// container being removed, paused, or not running for an exec. Often over by the next try.
+    #[error("not in a state that allows it: {0}")]
+    WrongState(String),
     /// The image is not present locally and could not be pulled; the message is the engine's.
     #[error("image {image} unavailable: {message}")]
     Image { image: String, message: String },
@@ -24,6 +28,16 @@ pub enum RuntimeError {
 }
 
 pub type RuntimeResult<T> = Result<T, RuntimeError>;
+
+/// What a network says about one address ([`ContainerRuntime::address_use`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AddressUse {
+    /// In none of the network's subnets (or no such network).
+    OffNetwork,
+    Free,
+    /// Held by the endpoint of this name (its container's).
+    HeldBy(String),
+}
 
 /// Lifecycle state of a container as reported by `docker inspect` / `docker ps`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -216,11 +230,10 @@ pub trait ContainerRuntime: Send + Sync {
     async fn host_capacity(&self) -> RuntimeResult<HostCapacity>;
     /// Create the network if no network with exactly this name exists. Serialized internally.
     async fn ensure_network(&self, spec: &NetworkSpec) -> RuntimeResult<()>;
-    /// The name of the endpoint (its container's name) that holds `address` on `network`, if
-    /// any; `Ok(None)` too when the network does not exist. An address stays held until the
-    /// engine has released it, which can be after the `docker rm` of its container returned.
-    async fn address_holder(&self, network: &str, address: IpAddr)
-    -> RuntimeResult<Option<String>>;
+    /// Whether `address` is one of `network`'s (in one of its subnets), and which endpoint holds
+    /// it. An address stays held until the engine has released it, which can be after the
+    /// `docker rm` of its container returned. A network that does not exist holds nothing.
+    async fn address_use(&self, network: &str, address: IpAddr) -> RuntimeResult<AddressUse>;
     /// Inspect a container by exact name; `Ok(None)` if it does not exist.
     async fn inspect(&self, name: &str) -> RuntimeResult<Option<ContainerInfo>>;
     /// All containers (any state) carrying every one of these labels.
@@ -232,7 +245,8 @@ pub trait ContainerRuntime: Send + Sync {
     async fn create_and_start(&self, spec: &ContainerSpec) -> RuntimeResult<ContainerInfo>;
     /// Start an existing, stopped container.
     async fn start(&self, name: &str) -> RuntimeResult<()>;
-    /// Force-remove a container and its anonymous volumes; a missing container is success.
+    /// Force-remove a container and its anonymous volumes; a missing container, or one whose
+    /// removal is under way already, is success.
     async fn remove(&self, name: &str) -> RuntimeResult<()>;
     /// Run `argv` in the container, feeding `stdin` if given, and collect the exit code and the
     /// last [`EXEC_OUTPUT_TAIL`](super::tail::EXEC_OUTPUT_TAIL) bytes of each output stream.

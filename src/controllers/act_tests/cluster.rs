@@ -192,8 +192,8 @@ async fn a_load_balancer_removed_by_hand_comes_back_at_the_endpoints_address() {
 }
 
 /// The old LB's address can stay allocated after `docker rm` returned: nothing is created while
-/// the network shows it held (a create then got the next address, and Engine 20.10 never
-/// released the old one).
+/// the network shows it held by a container that is going (a create then got the next address,
+/// and Engine 20.10 never released the old one).
 #[tokio::test]
 async fn a_load_balancer_waits_for_the_endpoints_address_to_be_released() {
     let s = Scenario::docker();
@@ -201,6 +201,7 @@ async fn a_load_balancer_waits_for_the_endpoints_address_to_be_released() {
     s.engine.remove_by_hand("c-lb");
     s.engine.give_next_address(&ip);
     s.engine.add("c-lb-leaving", BTreeMap::new());
+    s.engine.set_state("c-lb-leaving", ContainerState::Removing);
     let dc = s.get::<DockerCluster>("c").unwrap();
 
     s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
@@ -215,7 +216,8 @@ async fn a_load_balancer_waits_for_the_endpoints_address_to_be_released() {
         condition_message(&stored, "LoadBalancerAvailable"),
         Some(format!(
             "the control-plane endpoint's address {ip} is still held on network kind by \
-             c-lb-leaving; container c-lb is created there once the engine releases it"
+             c-lb-leaving, which is going; container c-lb is created there once the engine \
+             releases it"
         ))
     );
 
@@ -226,6 +228,111 @@ async fn a_load_balancer_waits_for_the_endpoints_address_to_be_released() {
     s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
     let lb = s.engine.container("c-lb").expect("created");
     assert_eq!(lb.ipv4.as_deref(), Some(ip.as_str()));
+}
+
+/// Taken by a container that stays (a node created while the LB was away): the endpoint is lost
+/// until someone acts, and the condition says so; nothing is created or removed.
+#[tokio::test]
+async fn an_endpoint_address_taken_by_another_container_blocks_with_its_name() {
+    let s = Scenario::docker();
+    let ip = cluster_with_lb(&s).await;
+    s.engine.remove_by_hand("c-lb");
+    s.engine.give_next_address(&ip);
+    node(&s, "c-w9", labels::ROLE_WORKER);
+    let dc = s.get::<DockerCluster>("c").unwrap();
+
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+
+    assert_eq!(s.engine.created().len(), 1);
+    assert!(s.engine.removed().is_empty());
+    let stored = s.json::<DockerCluster>("c");
+    assert_eq!(
+        condition(&stored, "LoadBalancerAvailable"),
+        Some(("False".into(), "NotAvailable".into()))
+    );
+    let message = condition_message(&stored, "LoadBalancerAvailable").unwrap();
+    assert!(
+        message.contains(&format!("{ip} is taken by container c-w9")),
+        "{message}"
+    );
+}
+
+/// An endpoint the user set off the LB's network (a forwarded port, say) is not the LB's
+/// address: a lost LB is created again wherever the engine puts it.
+#[tokio::test]
+async fn a_user_set_endpoint_off_the_network_does_not_pin_the_load_balancer() {
+    let s = Scenario::docker();
+    s.put(sc::cluster("c", "DockerCluster"));
+    let mut dc = sc::docker_cluster("c");
+    dc.spec.control_plane_endpoint = Some(crate::api::ApiEndpoint {
+        host: Some("10.0.0.1".into()),
+        port: Some(6443),
+    });
+    let dc = s.put(dc);
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+    s.engine.remove_by_hand("c-lb");
+    let dc = s.get::<DockerCluster>("c").unwrap();
+
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+
+    assert!(s.engine.container("c-lb").is_some(), "created again");
+    assert!(s.engine.removed().is_empty());
+    let stored = s.json::<DockerCluster>("c");
+    assert_eq!(stored["spec"]["controlPlaneEndpoint"]["host"], "10.0.0.1");
+    assert_eq!(
+        condition(&stored, "LoadBalancerAvailable").map(|c| c.0),
+        Some("True".into())
+    );
+}
+
+/// Ours, running at another address (its creator died before removing it, or an engine restart
+/// gave it another): removed, to be created again at the endpoint's.
+#[tokio::test]
+async fn a_running_load_balancer_at_another_address_is_removed() {
+    let s = Scenario::docker();
+    let ip = cluster_with_lb(&s).await;
+    s.engine.remove_by_hand("c-lb");
+    s.engine.give_next_address("172.18.0.77");
+    let owner = labels::Owner {
+        cluster_name: "c",
+        cluster_namespace: sc::NS,
+        kind: "DockerCluster",
+        name: "c",
+        uid: &s.get::<DockerCluster>("c").unwrap().metadata.uid.unwrap(),
+    };
+    s.engine.add(
+        "c-lb",
+        labels::container_labels(&owner, labels::ROLE_LOAD_BALANCER, &BTreeMap::new()),
+    );
+    let dc = s.get::<DockerCluster>("c").unwrap();
+
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+
+    assert_eq!(s.engine.removed(), ["c-lb"]);
+    let stored = s.json::<DockerCluster>("c");
+    let message = condition_message(&stored, "LoadBalancerAvailable").unwrap();
+    assert!(
+        message.contains(&format!(
+            "got 172.18.0.77, not the control-plane endpoint's {ip}"
+        )),
+        "{message}"
+    );
+}
+
+/// The engine never starts a dead container again: it is removed, to be created anew.
+#[tokio::test]
+async fn a_dead_load_balancer_is_removed_not_started() {
+    let s = Scenario::docker();
+    cluster_with_lb(&s).await;
+    s.engine.set_state("c-lb", ContainerState::Dead);
+    let dc = s.get::<DockerCluster>("c").unwrap();
+
+    s.reconcile::<docker_cluster::Clusters>(dc).await.unwrap();
+
+    assert_eq!(s.engine.removed(), ["c-lb"]);
+    let stored = s.json::<DockerCluster>("c");
+    let message = condition_message(&stored, "LoadBalancerAvailable").unwrap();
+    assert!(message.contains("was dead"), "{message}");
 }
 
 /// The engine may hand the new LB another address (20.10 releases the old one after `docker rm`
@@ -255,8 +362,9 @@ async fn a_load_balancer_recreated_at_another_address_is_removed_and_tried_again
     );
     let message = condition_message(&stored, "LoadBalancerAvailable").unwrap();
     assert!(
-        message.contains(&format!("not the control-plane endpoint's {ip}"))
-            && message.contains("next attempt in 10s"),
+        message.contains(&format!(
+            "got 172.18.0.3, not the control-plane endpoint's {ip}"
+        )) && message.contains("next attempt in 10s"),
         "{message}"
     );
 

@@ -16,8 +16,8 @@ use std::{
 use async_trait::async_trait;
 
 use crate::docker::{
-    ContainerInfo, ContainerRuntime, ContainerSpec, ContainerState, ExecOutput, HostCapacity,
-    NetworkSpec, RuntimeError, RuntimeResult, fake::FakeRuntime,
+    AddressUse, ContainerInfo, ContainerRuntime, ContainerSpec, ContainerState, ExecOutput,
+    HostCapacity, NetworkSpec, RuntimeError, RuntimeResult, fake::FakeRuntime,
 };
 
 #[derive(Default)]
@@ -198,11 +198,19 @@ impl ContainerRuntime for Engine {
         }
         Ok(())
     }
-    async fn address_holder(
+    /// The act tests' network is 172.18.0.0/16 and fc00:f853:ccd:e793::/64, as kind's.
+    async fn address_use(
         &self,
         network: &str,
         address: std::net::IpAddr,
-    ) -> RuntimeResult<Option<String>> {
+    ) -> RuntimeResult<AddressUse> {
+        let on_network = match address {
+            std::net::IpAddr::V4(a) => a.octets()[..2] == [172, 18],
+            std::net::IpAddr::V6(a) => a.segments()[..4] == [0xfc00, 0xf853, 0xccd, 0xe793],
+        };
+        if !on_network {
+            return Ok(AddressUse::OffNetwork);
+        }
         let s = self.state();
         let address = Some(address.to_string());
         Ok(s.by_name
@@ -210,7 +218,7 @@ impl ContainerRuntime for Engine {
             .find(|c| {
                 c.networks.iter().any(|n| n == network) && (c.ipv4 == address || c.ipv6 == address)
             })
-            .map(|c| c.name.clone()))
+            .map_or(AddressUse::Free, |c| AddressUse::HeldBy(c.name.clone())))
     }
     async fn inspect(&self, name: &str) -> RuntimeResult<Option<ContainerInfo>> {
         self.state().inspected.push(name.to_string());

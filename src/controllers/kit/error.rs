@@ -118,7 +118,7 @@ impl Error {
             // The engine refused the request as made: the spec behind it is wrong, not the engine.
             Error::Runtime(RuntimeError::Rejected(_)) => Some(reasons::INVALID_SPEC),
             Error::Runtime(RuntimeError::Conflict(_)) => Some(reasons::NAME_CONFLICT),
-            Error::Runtime(RuntimeError::NotFound(_))
+            Error::Runtime(RuntimeError::NotFound(_) | RuntimeError::WrongState(_))
             | Error::LoadBalancer(_)
             | Error::ContainerStillExists(_) => Some(reasons::NOT_PROVISIONED),
             Error::Kube(_)

@@ -303,21 +303,33 @@ fn network_names(networks: Option<&HashMap<String, EndpointSettings>>) -> Vec<St
     names
 }
 
-/// The name of the network endpoint whose address (`172.18.0.2/16`, `fc00::2/64`) is `address`.
-pub(super) fn holder(
-    endpoints: impl IntoIterator<Item = EndpointResource>,
-    address: IpAddr,
-) -> Option<String> {
+/// What the network `n` says about `address`: in one of its subnets or not, and the name of
+/// the endpoint whose address (`172.18.0.2/16`, `fc00::2/64`) it is.
+pub(super) fn address_use(n: NetworkInspect, address: IpAddr) -> AddressUse {
+    let on_network = n
+        .ipam
+        .and_then(|i| i.config)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.subnet?.parse::<ipnet::IpNet>().ok())
+        .any(|subnet| subnet.contains(&address));
+    if !on_network {
+        return AddressUse::OffNetwork;
+    }
     let holds = |cidr: &Option<String>| {
         cidr.as_deref()
             .and_then(|c| c.split('/').next())
             .and_then(|ip| ip.parse::<IpAddr>().ok())
             == Some(address)
     };
-    endpoints
+    n.containers
         .into_iter()
+        .flatten()
+        .map(|(_, e)| e)
         .find(|e| holds(&e.ipv4_address) || holds(&e.ipv6_address))
-        .map(|e| e.name.unwrap_or_default())
+        .map_or(AddressUse::Free, |e| {
+            AddressUse::HeldBy(e.name.unwrap_or_default())
+        })
 }
 
 /// The host's capacity from `docker info`'s `NCPU` and `MemTotal`. An engine that leaves either
@@ -343,34 +355,50 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_holder_of_an_address_is_found_in_either_family() {
-        let endpoint = |name: &str, v4: &str, v6: &str| EndpointResource {
-            name: Some(name.into()),
-            ipv4_address: Some(v4.into()).filter(|s: &String| !s.is_empty()),
-            ipv6_address: Some(v6.into()).filter(|s: &String| !s.is_empty()),
+    fn an_address_is_on_the_network_free_or_held_by_an_endpoint() {
+        use bollard::models::{EndpointResource, Ipam, IpamConfig};
+        let endpoint = |name: &str, v4: &str, v6: &str| {
+            let cidr = |s: &str| Some(s.to_string()).filter(|s| !s.is_empty());
+            EndpointResource {
+                name: Some(name.into()),
+                ipv4_address: cidr(v4),
+                ipv6_address: cidr(v6),
+                ..Default::default()
+            }
+        };
+        let network = || NetworkInspect {
+            ipam: Some(Ipam {
+                config: Some(
+                    ["172.18.0.0/16", "fc00:f853:ccd:e793::/64"]
+                        .map(|s| IpamConfig {
+                            subnet: Some(s.into()),
+                            ..Default::default()
+                        })
+                        .into(),
+                ),
+                ..Default::default()
+            }),
+            containers: Some(HashMap::from([
+                ("id1".into(), endpoint("c-lb", "172.18.0.2/16", "")),
+                (
+                    "id2".into(),
+                    endpoint("c-cp", "172.18.0.20/16", "fc00:f853:ccd:e793::3/64"),
+                ),
+            ])),
             ..Default::default()
         };
-        let endpoints = || {
-            [
-                endpoint("c-lb", "172.18.0.2/16", ""),
-                endpoint("c-cp", "172.18.0.20/16", "fc00:f853:ccd:e793::3/64"),
-            ]
-        };
-        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-        assert_eq!(
-            holder(endpoints(), ip("172.18.0.2")).as_deref(),
-            Some("c-lb")
-        );
+        let of = |s: &str| address_use(network(), s.parse().unwrap());
+        assert_eq!(of("172.18.0.2"), AddressUse::HeldBy("c-lb".into()));
         // A prefix of another address is not that address.
+        assert_eq!(of("172.18.0.20"), AddressUse::HeldBy("c-cp".into()));
         assert_eq!(
-            holder(endpoints(), ip("172.18.0.20")).as_deref(),
-            Some("c-cp")
+            of("fc00:f853:ccd:e793::3"),
+            AddressUse::HeldBy("c-cp".into())
         );
-        assert_eq!(
-            holder(endpoints(), ip("fc00:f853:ccd:e793::3")).as_deref(),
-            Some("c-cp")
-        );
-        assert_eq!(holder(endpoints(), ip("172.18.0.3")), None);
+        assert_eq!(of("172.18.0.3"), AddressUse::Free);
+        // A host set by the user outside the network (a forwarded port, say).
+        assert_eq!(of("10.0.0.1"), AddressUse::OffNetwork);
+        assert_eq!(of("127.0.0.1"), AddressUse::OffNetwork);
     }
 
     #[test]

@@ -34,12 +34,20 @@ pub(super) fn classify(what: &str, err: BollardError) -> RuntimeError {
             match status_code {
                 404 => RuntimeError::NotFound(text),
                 500 if message.ends_with(PODMAN_NO_SUCH_NETWORK) => RuntimeError::NotFound(text),
-                409 => RuntimeError::Conflict(text),
+                409 => RuntimeError::WrongState(text),
                 400..=499 => RuntimeError::Rejected(text),
                 _ => RuntimeError::Unavailable(text),
             }
         }
         other => RuntimeError::Unavailable(format!("{what}: {}", chain(&other))),
+    }
+}
+
+/// [`classify`] for a create, where 409 means the name is taken.
+pub(super) fn classify_create(what: &str, err: BollardError) -> RuntimeError {
+    match classify(what, err) {
+        RuntimeError::WrongState(text) => RuntimeError::Conflict(text),
+        other => other,
     }
 }
 
@@ -56,7 +64,20 @@ mod tests {
         assert!(
             matches!(classify("op", e(404)), RuntimeError::NotFound(m) if m == "op: engine says")
         );
-        assert!(matches!(classify("op", e(409)), RuntimeError::Conflict(_)));
+        // 409 names a taken name only on a create; elsewhere it is the object's state (Engine
+        // 20.10 answers a start of a container being removed so).
+        assert!(matches!(
+            classify("op", e(409)),
+            RuntimeError::WrongState(_)
+        ));
+        assert!(matches!(
+            classify_create("op", e(409)),
+            RuntimeError::Conflict(_)
+        ));
+        assert!(matches!(
+            classify_create("op", e(404)),
+            RuntimeError::NotFound(_)
+        ));
         assert!(matches!(classify("op", e(400)), RuntimeError::Rejected(_)));
         assert!(
             matches!(classify("op", e(500)), RuntimeError::Unavailable(m) if m.contains("engine says"))

@@ -2,7 +2,8 @@
 //! Engine (bollard 0.21, any engine from API 1.41 on; the API version is always negotiated).
 //!
 //! Error classification: connection failures and 5xx are [`RuntimeError::Unavailable`], 404 is
-//! [`RuntimeError::NotFound`], 409 is [`RuntimeError::Conflict`], any other 4xx is
+//! [`RuntimeError::NotFound`], 409 is [`RuntimeError::Conflict`] on a create and
+//! [`RuntimeError::WrongState`] elsewhere, any other 4xx is
 //! [`RuntimeError::Rejected`]; pull failures are [`RuntimeError::Image`] with the engine's message
 //! verbatim. Every message keeps the engine's own text, prefixed with the operation.
 use std::collections::{BTreeMap, HashMap};
@@ -16,9 +17,9 @@ use bollard::errors::Error as BollardError;
 use bollard::exec::StartExecResults;
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, ContainerSummary,
-    ContainerSummaryStateEnum, EndpointResource, EndpointSettings, ExecConfig, HostConfig,
-    HostConfigCgroupnsModeEnum, Mount, MountType, NetworkCreateRequest, PortBinding, PortMap,
-    RestartPolicy, RestartPolicyNameEnum,
+    ContainerSummaryStateEnum, EndpointSettings, ExecConfig, HostConfig,
+    HostConfigCgroupnsModeEnum, Mount, MountType, NetworkCreateRequest, NetworkInspect,
+    PortBinding, PortMap, RestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
@@ -30,8 +31,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{Mutex, Semaphore};
 
 use super::runtime::{
-    BindMount, ContainerInfo, ContainerRuntime, ContainerSpec, ContainerState, ExecOutput,
-    HostCapacity, NetworkSpec, NodePrivilege, RuntimeError, RuntimeResult,
+    AddressUse, BindMount, ContainerInfo, ContainerRuntime, ContainerSpec, ContainerState,
+    ExecOutput, HostCapacity, NetworkSpec, NodePrivilege, RuntimeError, RuntimeResult,
 };
 
 /// Default engine socket.
@@ -49,9 +50,9 @@ use address::Endpoint;
 pub use address::EngineOptions;
 
 use convert::{
-    create_body, holder, host_capacity, info_from_inspect, info_from_summary, unavailable_cap,
+    address_use, create_body, host_capacity, info_from_inspect, info_from_summary, unavailable_cap,
 };
-use errors::{chain, classify};
+use errors::{chain, classify, classify_create};
 pub(crate) use own_removals::OwnRemovals;
 
 const REQUEST_TIMEOUT_SECS: u64 = 120;
@@ -462,7 +463,7 @@ impl ContainerRuntime for BollardRuntime {
             Ok(_) => {}
             // An engine from API 1.44 on refuses a second network of a name (409): another
             // process created it since we listed, and it is the one to join.
-            Err(e) => match classify(&format!("create network {}", spec.name), e) {
+            Err(e) => match classify_create(&format!("create network {}", spec.name), e) {
                 RuntimeError::Conflict(_) => {}
                 // Podman before 4.5 answers that with 500 ("network name ... already used:
                 // network already exists"): whatever the status, a network of the name that
@@ -478,23 +479,15 @@ impl ContainerRuntime for BollardRuntime {
         Ok(())
     }
 
-    async fn address_holder(
-        &self,
-        network: &str,
-        address: IpAddr,
-    ) -> RuntimeResult<Option<String>> {
+    async fn address_use(&self, network: &str, address: IpAddr) -> RuntimeResult<AddressUse> {
         self.count(Op::NetworkInspect);
-        let found = match self.docker.inspect_network(network, None).await {
-            Ok(n) => n,
+        match self.docker.inspect_network(network, None).await {
+            Ok(n) => Ok(address_use(n, address)),
             Err(e) => match classify(&format!("inspect network {network}"), e) {
-                RuntimeError::NotFound(_) => return Ok(None),
-                other => return Err(other),
+                RuntimeError::NotFound(_) => Ok(AddressUse::OffNetwork),
+                other => Err(other),
             },
-        };
-        Ok(holder(
-            found.containers.into_iter().flatten().map(|(_, e)| e),
-            address,
-        ))
+        }
     }
 
     async fn inspect(&self, name: &str) -> RuntimeResult<Option<ContainerInfo>> {
@@ -556,7 +549,7 @@ impl ContainerRuntime for BollardRuntime {
             {
                 Ok(created) => break created,
                 Err(e) => {
-                    let err = classify(&format!("create container {}", spec.name), e);
+                    let err = classify_create(&format!("create container {}", spec.name), e);
                     // An engine from API 1.4x on leaves a capability the host lacks out of
                     // "ALL" by itself, and refuses to drop one it does not know: asking it not
                     // to add one it would not add changes nothing, so ask again without it.
@@ -651,9 +644,11 @@ impl ContainerRuntime for BollardRuntime {
             self.own_removals.forget(name);
         }
         match removed {
+            // 409: a removal of it is under way already (ours or someone's `docker rm`).
             Ok(())
             | Err(BollardError::DockerResponseServerError {
-                status_code: 404, ..
+                status_code: 404 | 409,
+                ..
             }) => Ok(()),
             Err(e) => Err(classify(&format!("remove container {name}"), e)),
         }
