@@ -294,11 +294,23 @@ pub async fn ensure(
             // subnet (kind's is one), but gives the lowest free one: the old LB's once the engine
             // has released it, which can be after `docker rm` returned (Engine 20.10, given a
             // new endpoint of the same name meanwhile, never released it). So: no create while
-            // it is held, each attempt one start of the restart streak whatever wakes the pass,
-            // and a container that got another address is removed again.
+            // a container that is going holds it, each attempt one start of the restart streak
+            // whatever wakes the pass, and a container that got another address is removed
+            // again. Held by a container that stays, the address is out of reach: the LB is
+            // created wherever the engine puts it, as before.
             let pinned = match pinned_address(ctx, dc, ip_family).await? {
                 Some((want, AddressUse::HeldBy(holder))) => {
-                    return held_address(ctx, &name, want, &holder).await;
+                    if holder_is_going(ctx, &holder).await? {
+                        return Ok(Ensured::waiting(format!(
+                            "the control-plane endpoint's address {want} is still held on \
+                             network {} by {holder}, which is going; container {name} is created \
+                             there once the engine releases it",
+                            ctx.settings.network
+                        )));
+                    }
+                    warn!(container = %name, endpoint = %want, %holder,
+                        "the control-plane endpoint's address is taken; the load balancer cannot have it");
+                    None
                 }
                 other => other.map(|(want, _)| want),
             };
@@ -378,11 +390,13 @@ pub async fn ensure(
             "container {name} has no IP address yet"
         )));
     };
-    // Ours at another address than the endpoint's (created by a manager that died before it
-    // could remove it, or given another address by an engine restart): it serves no one there.
+    // Ours at another address than the endpoint's, which is free (a manager died between the
+    // create and the remove, or an engine restart started a node first): it serves no one there,
+    // and a new one gets the endpoint's address. Taken by a container that stays (a node), the
+    // address is out of reach; the LB is left as it is.
     if ours
         && endpoint_address(dc, ip_family).is_some_and(|want| want != ip)
-        && let Some((want, _)) = pinned_address(ctx, dc, ip_family).await?
+        && let Some((want, AddressUse::Free)) = pinned_address(ctx, dc, ip_family).await?
     {
         return misplaced(ctx, &key, &name, want, Some(ip), true).await;
     }
@@ -437,28 +451,14 @@ async fn pinned_address(
     )
 }
 
-/// No LB while the endpoint's address is held: by a container being removed (or gone: the
-/// engine has not released its address yet), wait; by any other, the cluster's endpoint is
-/// lost until someone acts, and the condition says so.
-async fn held_address(ctx: &Context, name: &str, want: IpAddr, holder: &str) -> Result<Ensured> {
-    let network = &ctx.settings.network;
-    match ctx.runtime.inspect(holder).await? {
-        Some(c) if !c.is_being_removed() => Err(Error::blocked(
-            types::LOAD_BALANCER_AVAILABLE,
-            reasons::NOT_AVAILABLE,
-            format!(
-                "the control-plane endpoint's address {want} is taken by container {holder} on \
-                 network {network}: container {name} cannot serve the endpoint until {holder} is \
-                 removed (or the cluster is replaced)"
-            ),
-            BLOCKED_RETRY,
-        )),
-        _ => Ok(Ensured::waiting(format!(
-            "the control-plane endpoint's address {want} is still held on network {network} by \
-             {holder}, which is going; container {name} is created there once the engine \
-             releases it"
-        ))),
-    }
+/// Whether the container holding an address is going: gone already (the engine has not
+/// released its address yet) or being removed.
+async fn holder_is_going(ctx: &Context, holder: &str) -> Result<bool> {
+    Ok(ctx
+        .runtime
+        .inspect(holder)
+        .await?
+        .is_none_or(|c| c.is_being_removed()))
 }
 
 /// Our LB at `got`, not at the endpoint's `want`: removed (at once if this pass created it, else

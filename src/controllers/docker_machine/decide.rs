@@ -9,7 +9,7 @@ use super::Machines;
 use crate::{
     api::{
         DockerCluster, DockerMachine, DockerMachineStatus,
-        conditions::{Desired, reasons, types},
+        conditions::{self, Desired, reasons, types},
     },
     capi::{self, Cluster, Machine},
     controllers::kit::{
@@ -64,8 +64,8 @@ impl Decide for Machines {
     /// The cluster's name, if known (the Machine and the Cluster may be gone).
     type Delete = Option<String>;
 
-    fn decide_normal(dm: &DockerMachine, _: &Owners, bound: Bound) -> Normal {
-        normal(dm, bound)
+    fn decide_normal(dm: &DockerMachine, owners: &Owners, bound: Bound) -> Normal {
+        normal(dm, owners.docker_cluster.as_deref(), bound)
     }
 
     fn decide_delete(_: &DockerMachine, owners: &Owners) -> Option<String> {
@@ -99,8 +99,24 @@ pub fn facts(kind: &str, dm: &DockerMachine, o: &Owners) -> Facts<Bound> {
     }
 }
 
+/// Pure: why the cluster's load balancer is not serving after it did (removed, stopped, being
+/// created again), from its DockerCluster's `LoadBalancerAvailable`; `None` while it serves, or
+/// only its configuration is refused (the running one is kept).
+pub fn load_balancer_down(dc: &DockerCluster) -> Option<&str> {
+    let status = dc.status.as_ref()?;
+    let provisioned = status.initialization.as_ref().and_then(|i| i.provisioned);
+    let lb = conditions::get(
+        status.conditions.as_deref()?,
+        types::LOAD_BALANCER_AVAILABLE,
+    )?;
+    (provisioned == Some(true)
+        && lb.status == conditions::ConditionStatus::False
+        && [reasons::NOT_AVAILABLE, reasons::CONTAINER_RESTARTING].contains(&lb.reason.as_str()))
+    .then_some(lb.message.as_str())
+}
+
 /// Pure: what a DockerMachine whose Machine and Cluster exist does next.
-pub fn normal(dm: &DockerMachine, bound: Bound) -> Normal {
+pub fn normal(dm: &DockerMachine, dc: Option<&DockerCluster>, bound: Bound) -> Normal {
     if !bound.cluster.infrastructure_provisioned() {
         return Normal::Wait(Desired::false_(
             types::CONTAINER_PROVISIONED,
@@ -115,6 +131,16 @@ pub fn normal(dm: &DockerMachine, bound: Bound) -> Normal {
         .is_some_and(|p| !p.is_empty())
     {
         return Normal::Refresh(bound);
+    }
+    // A node created now could not join (its bootstrap dials the endpoint), and its container
+    // would race the new LB for the endpoint's address, which the engine gives to whichever
+    // container asks first once it is released.
+    if let Some(why) = dc.and_then(load_balancer_down) {
+        return Normal::Wait(Desired::false_(
+            types::CONTAINER_PROVISIONED,
+            reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+            format!("Waiting for the cluster's load balancer: {why}"),
+        ));
     }
     let Some(secret) = bound.machine.data_secret_name().map(str::to_string) else {
         return Normal::Wait(
@@ -253,6 +279,87 @@ mod tests {
             Plan::Normal(Normal::Wait(d)) => d.reason,
             other => panic!("not a wait: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_new_node_waits_while_the_clusters_load_balancer_is_down() {
+        use crate::api::{
+            DockerClusterStatus,
+            common::Initialization,
+            conditions::{Condition, ConditionStatus},
+        };
+        let dc = |provisioned: bool, status: ConditionStatus, reason: &str| {
+            let mut dc = DockerCluster::new("c", Default::default());
+            dc.status = Some(DockerClusterStatus {
+                initialization: Some(Initialization {
+                    provisioned: Some(provisioned),
+                }),
+                conditions: Some(vec![Condition {
+                    type_: types::LOAD_BALANCER_AVAILABLE.into(),
+                    status,
+                    reason: reason.into(),
+                    message: "container c-lb is being removed".into(),
+                    observed_generation: None,
+                    last_transition_time: chrono::Utc::now(),
+                }]),
+                ..Default::default()
+            });
+            dc
+        };
+        let down = dc(true, ConditionStatus::False, reasons::NOT_AVAILABLE);
+        assert_eq!(
+            load_balancer_down(&down),
+            Some("container c-lb is being removed")
+        );
+        let restarting = dc(true, ConditionStatus::False, reasons::CONTAINER_RESTARTING);
+        assert!(load_balancer_down(&restarting).is_some());
+        // Up; never provisioned yet (CAPI's infrastructure gate waits then); or only its
+        // configuration refused while the old one keeps serving.
+        for up in [
+            dc(true, ConditionStatus::True, reasons::AVAILABLE),
+            dc(false, ConditionStatus::False, reasons::NOT_AVAILABLE),
+            dc(
+                true,
+                ConditionStatus::False,
+                reasons::INVALID_HAPROXY_CONFIG_TEMPLATE,
+            ),
+        ] {
+            assert_eq!(load_balancer_down(&up), None, "{:?}", up.status);
+        }
+
+        let o = owners(true, true, Some("s"), false);
+        let bound = || Bound {
+            machine: o.machine.clone().unwrap(),
+            cluster: o.cluster.clone().unwrap(),
+            cluster_name: "c".into(),
+            namespace: "ns".into(),
+        };
+        match normal(&dm(), Some(&down), bound()) {
+            Normal::Wait(d) => {
+                assert_eq!(d.reason, reasons::WAITING_FOR_CLUSTER_INFRASTRUCTURE);
+                assert!(d.message.contains("being removed"), "{}", d.message);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            normal(&dm(), Some(&restarting), bound()),
+            Normal::Wait(_)
+        ));
+        // A provisioned machine is not held back: it only refreshes its container.
+        let mut provisioned = dm();
+        provisioned.spec.provider_id = Some("docker:////c-m".into());
+        assert!(matches!(
+            normal(&provisioned, Some(&down), bound()),
+            Normal::Refresh(_)
+        ));
+        assert!(matches!(
+            normal(
+                &dm(),
+                Some(&dc(true, ConditionStatus::True, "Available")),
+                bound()
+            ),
+            Normal::Provision(..)
+        ));
     }
 
     #[test]

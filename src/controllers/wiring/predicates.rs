@@ -82,12 +82,14 @@ pub fn cluster(c: &Cluster) -> Option<u64> {
     ))
 }
 
-/// A DockerCluster matters to its machines for its spec (LB settings) and labels, not status.
+/// A DockerCluster matters to its machines for its spec (LB settings) and labels, and of its
+/// status only for whether its load balancer went down (machines not yet provisioned wait).
 pub fn docker_cluster(dc: &DockerCluster) -> Option<u64> {
     hash((
         dc.metadata.generation,
         dc.labels(),
         dc.metadata.deletion_timestamp.is_some(),
+        crate::controllers::docker_machine::decide::load_balancer_down(dc).is_some(),
     ))
 }
 
