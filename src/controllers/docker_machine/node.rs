@@ -188,6 +188,17 @@ mod tests {
         }
     }
 
+    /// What a provisioned worker DockerMachine of cluster `c` on `kind` claims.
+    fn worker_claim() -> adoption::Claim<'static> {
+        adoption::Claim {
+            cluster_name: "c",
+            role: labels::ROLE_WORKER,
+            network: "kind",
+            recorded: None,
+            provisioned_on: true,
+        }
+    }
+
     fn foreign() -> ContainerInfo {
         ContainerInfo {
             name: "c-m".into(),
@@ -231,13 +242,7 @@ mod tests {
             provisioned(found(Some(c.clone()), &OWNER)),
             Provisioned::Gone
         );
-        let claim = adoption::Claim {
-            cluster_name: "c",
-            role: labels::ROLE_WORKER,
-            network: "kind",
-            recorded: None,
-            provisioned_on: true,
-        };
+        let claim = worker_claim();
         assert_eq!(
             provisioned(found_or_adopted(Some(c), &OWNER, &claim)),
             Provisioned::Gone
@@ -286,13 +291,7 @@ mod tests {
             networks: vec!["kind".into()],
             ..Default::default()
         };
-        let claim = adoption::Claim {
-            cluster_name: "c",
-            role: labels::ROLE_WORKER,
-            network: "kind",
-            recorded: None,
-            provisioned_on: true,
-        };
+        let claim = worker_claim();
         let c = upstream("c");
         assert_eq!(
             provisioned(found_or_adopted(Some(c.clone()), &OWNER, &claim)),
