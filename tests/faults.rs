@@ -461,7 +461,7 @@ async fn docker_engine_restarted() {
     let fault = Fault {
         name: "Docker Engine restarted",
         measured_from: "the engine answers again",
-        user_sees: "every container stops with the engine; the manager starts them again (same containers), the LB first",
+        user_sees: "every container stops with the engine; the manager starts them again (same containers), the LB and the nodes at once, so a node can take the LB's address (README, Not done yet)",
     };
     scripted_fault("engine", fault, false, "docker-engine.sh", &["restart"]).await;
 }
